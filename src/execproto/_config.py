@@ -1,0 +1,32 @@
+"""Server settings and the facts about the host the core may not look up itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    session_ttl: float = 30.0  # seconds a detached session waits to be resumed
+    retention_bytes: int = 1 << 20  # newest output kept per process
+    # Also bound the chunk count, so a flood of 1-byte chunks cannot cost 100 bytes of bookkeeping
+    # per byte of output.
+    retention_chunks: int = 1 << 16
+    kill_grace: float = 1.0  # seconds between TERM and KILL, and before abandoning held pipes
+    closed_ttl: float = 30.0  # seconds a closed process stays readable
+    write_id_memory: int = 4096  # writeIds remembered per process
+    max_fs_handles: int = 128  # open fs handles per connection
+    max_handle_id_bytes: int = 32
+    sandbox_type: str = "none"
+
+
+@attrs.frozen(kw_only=True)
+class Host:
+    """What the adapter learned about the machine at start-up."""
+
+    # The ``environment/info`` result (also sent in the ``initialize`` result).
+    environment_info: dict[str, Any] = attrs.field(factory=dict)
+    # The server's own environment, for env policies that inherit from it.
+    env: dict[str, str] = attrs.field(factory=dict)

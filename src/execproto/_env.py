@@ -1,0 +1,55 @@
+"""The child's environment, from the request and the server's own environment (passed in).
+
+Without an env policy the child gets exactly the requested ``env``: nothing of the server leaks.
+With one, the steps run in a fixed order: inherit, default excludes, excludes, set, include-only,
+then the request's ``env`` on top. Name patterns are shell globs, matched case-insensitively.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from fnmatch import fnmatchcase
+
+import attrs
+
+# The variables a program needs to find its user, its tools and a temporary directory.
+CORE_VARS = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "USERNAME", "TMPDIR", "TEMP", "TMP")
+# Names that usually hold credentials; dropped unless the policy says otherwise.
+DEFAULT_EXCLUDES = ("*KEY*", "*SECRET*", "*TOKEN*")
+INHERIT_CHOICES = ("all", "core", "none")
+
+
+@attrs.frozen(kw_only=True)
+class EnvPolicy:
+    inherit: str = "all"
+    ignore_default_excludes: bool = False
+    exclude: tuple[str, ...] = ()
+    set: tuple[tuple[str, str], ...] = ()
+    include_only: tuple[str, ...] = ()
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    upper = name.upper()
+    return any(fnmatchcase(upper, pattern.upper()) for pattern in patterns)
+
+
+def child_environment(
+    server_env: Mapping[str, str], env: Mapping[str, str], policy: EnvPolicy | None
+) -> dict[str, str]:
+    if policy is None:
+        return dict(env)
+    if policy.inherit == "all":
+        result = dict(server_env)
+    elif policy.inherit == "core":
+        result = {name: server_env[name] for name in CORE_VARS if name in server_env}
+    else:
+        result = {}
+    if not policy.ignore_default_excludes:
+        result = {k: v for k, v in result.items() if not _matches(k, DEFAULT_EXCLUDES)}
+    if policy.exclude:
+        result = {k: v for k, v in result.items() if not _matches(k, policy.exclude)}
+    result.update(policy.set)
+    if policy.include_only:
+        result = {k: v for k, v in result.items() if _matches(k, policy.include_only)}
+    result.update(env)
+    return result

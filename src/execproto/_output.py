@@ -1,0 +1,92 @@
+"""One process's sequenced output, bounded in bytes and in chunks.
+
+The log keeps the newest chunks. What falls off the front is counted, never silently lost:
+readers see ``first_retained_seq`` and ``dropped_bytes``. Seqs are increasing but not contiguous
+here, because exit and close take seqs too and are not chunks.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+import attrs
+
+
+@attrs.frozen
+class Chunk:
+    seq: int
+    stream: str
+    data: bytes
+
+
+class OutputLog:
+    """Chunks in a list with a moving head, so a reader's cursor is found by bisection."""
+
+    __slots__ = (
+        "_max_bytes",
+        "_max_chunks",
+        "_chunks",
+        "_seqs",
+        "_head",
+        "retained_bytes",
+        "dropped_bytes",
+        "dropped_chunks",
+    )
+
+    def __init__(self, max_bytes: int, max_chunks: int) -> None:
+        self._max_bytes = max_bytes
+        self._max_chunks = max_chunks
+        self._chunks: list[Chunk] = []
+        self._seqs: list[int] = []
+        self._head = 0
+        self.retained_bytes = 0
+        self.dropped_bytes = 0
+        self.dropped_chunks = 0
+
+    def __len__(self) -> int:
+        return len(self._chunks) - self._head
+
+    @property
+    def first_retained_seq(self) -> int | None:
+        return self._seqs[self._head] if self._head < len(self._seqs) else None
+
+    def append(self, seq: int, stream: str, data: bytes) -> None:
+        self._chunks.append(Chunk(seq, stream, data))
+        self._seqs.append(seq)
+        self.retained_bytes += len(data)
+        # The newest chunk is always kept, even when it alone is over the byte bound: a chunk is
+        # at most one adapter read, and dropping it whole would lose more than keeping it costs.
+        while len(self) > 1 and (
+            self.retained_bytes > self._max_bytes or len(self) > self._max_chunks
+        ):
+            dropped = self._chunks[self._head]
+            self._head += 1
+            self.retained_bytes -= len(dropped.data)
+            self.dropped_bytes += len(dropped.data)
+            self.dropped_chunks += 1
+        if self._head > 1024 and self._head * 2 > len(self._chunks):
+            del self._chunks[: self._head]
+            del self._seqs[: self._head]
+            self._head = 0
+
+    def read(self, after_seq: int, max_bytes: int | None) -> tuple[list[Chunk], bool]:
+        """Retained chunks with seq > after_seq, and whether max_bytes cut the list short.
+
+        With max_bytes: at least one chunk, then only those that fit in it.
+        """
+        start = bisect_right(self._seqs, after_seq, self._head)
+        if max_bytes is None:
+            return self._chunks[start:], False
+        out: list[Chunk] = []
+        total = 0
+        for index in range(start, len(self._chunks)):
+            chunk = self._chunks[index]
+            total += len(chunk.data)
+            if out and total > max_bytes:
+                return out, True
+            out.append(chunk)
+        return out, False
+
+    def has_after(self, after_seq: int) -> bool:
+        """Whether a chunk with seq > after_seq is retained."""
+        return len(self) > 0 and self._seqs[-1] > after_seq

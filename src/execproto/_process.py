@@ -1,0 +1,181 @@
+r"""One process's lifecycle, as an explicit transition table.
+
+    STARTING --spawned--> RUNNING --exited--> EXITED --last stream closed--> CLOSED
+        \--spawn failed--> (forgotten)
+
+Streams may close before the exit too (a program can close its stdout and keep running), so
+CLOSED is reached by whichever of "exited" and "last stream closed" comes second. The table is
+what makes the lifecycle rules hold by construction:
+
+- a `Signal` may be emitted only in RUNNING (`may_signal`): once the exit is observed the core
+  never signals, so no signal can reach a pid the adapter is about to reap;
+- output is accepted in RUNNING and EXITED only; exit and close take the next seq like output, and
+  closed is the last event;
+- CLOSED is entered once, and entering it is what emits `Finalize`.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from ._errors import LocalProtocolError
+from ._jsonrpc import encode_output, output_prefix
+from ._output import OutputLog
+
+if TYPE_CHECKING:
+    from ._session import PendingRead, Session
+
+
+class Phase(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    EXITED = "exited"
+    CLOSED = "closed"
+
+
+class Input(enum.Enum):
+    SPAWNED = "spawned"
+    OUTPUT = "output"
+    STREAM_CLOSED = "stream closed"
+    EXITED = "exited"
+    ABANDONED = "streams abandoned"
+
+
+# (phase, input) -> phase before the "is everything closed?" check. Pairs not listed are
+# impossible: the adapter reported something that cannot happen, and it is told so.
+_TRANSITIONS: dict[tuple[Phase, Input], Phase] = {
+    (Phase.STARTING, Input.SPAWNED): Phase.RUNNING,
+    (Phase.RUNNING, Input.OUTPUT): Phase.RUNNING,
+    (Phase.RUNNING, Input.STREAM_CLOSED): Phase.RUNNING,
+    (Phase.RUNNING, Input.EXITED): Phase.EXITED,
+    (Phase.EXITED, Input.OUTPUT): Phase.EXITED,
+    (Phase.EXITED, Input.STREAM_CLOSED): Phase.EXITED,
+    (Phase.EXITED, Input.ABANDONED): Phase.EXITED,
+}
+
+STREAMS_PIPE = ("stdout", "stderr")
+STREAMS_TTY = ("pty",)
+
+
+def exit_code_of(returncode: int) -> int:
+    """Killed by signal N is reported as 128 + N, as shells and the reference do."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class Process:
+    """State of one process. Mutated only by the server through `step` and its own fields."""
+
+    __slots__ = (
+        "proc",
+        "process_id",
+        "session",
+        "phase",
+        "open_streams",
+        "stdin_open",
+        "log",
+        "next_seq",
+        "exit_code",
+        "failure",
+        "timed_out",
+        "terminating",
+        "paused",
+        "write_ids",
+        "readers",
+        "_prefixes",
+    )
+
+    def __init__(
+        self,
+        proc: int,
+        process_id: str,
+        session: Session,
+        *,
+        tty: bool,
+        pipe_stdin: bool,
+        retention_bytes: int,
+        retention_chunks: int,
+    ) -> None:
+        self.proc = proc
+        self.process_id = process_id
+        self.session = session
+        self.phase = Phase.STARTING
+        self.open_streams = set(STREAMS_TTY if tty else STREAMS_PIPE)
+        self.stdin_open = tty or pipe_stdin
+        self.log = OutputLog(retention_bytes, retention_chunks)
+        self.next_seq = 1
+        self.exit_code: int | None = None
+        self.failure: str | None = None
+        self.timed_out = False
+        self.terminating = False
+        self.paused = False
+        # Recent writeIds, oldest first, so a retried write is not written twice.
+        self.write_ids: OrderedDict[str, None] = OrderedDict()
+        # Pending long-poll reads, by token.
+        self.readers: dict[int, PendingRead] = {}
+        self._prefixes = {s: output_prefix(process_id, s) for s in self.open_streams}
+
+    def step(self, event: Input) -> bool:
+        """Apply one input; True when it closed the process (the caller finalizes it)."""
+        try:
+            self.phase = _TRANSITIONS[self.phase, event]
+        except KeyError:
+            raise LocalProtocolError(
+                f"process {self.proc}: {event.value} is impossible while {self.phase.value}"
+            ) from None
+        if self.phase is Phase.EXITED and not self.open_streams:
+            self.phase = Phase.CLOSED
+            return True
+        return False
+
+    def take_seq(self) -> int:
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        return seq
+
+    def output(self, stream: str, data: bytes) -> bytes:
+        """Record a chunk; return its encoded ``process/output`` notification."""
+        if stream not in self.open_streams:
+            raise LocalProtocolError(f"process {self.proc}: output on {stream!r}, which is not open")
+        self.step(Input.OUTPUT)
+        seq = self.take_seq()
+        self.log.append(seq, stream, data)
+        return encode_output(self._prefixes[stream], seq, base64.b64encode(data))
+
+    def close_stream(self, stream: str) -> bool:
+        if stream not in self.open_streams:
+            raise LocalProtocolError(f"process {self.proc}: {stream!r} closed twice or unknown")
+        self.open_streams.discard(stream)
+        return self.step(Input.STREAM_CLOSED)
+
+    def exited(self, returncode: int) -> bool:
+        closed = self.step(Input.EXITED)
+        self.exit_code = exit_code_of(returncode)
+        self.stdin_open = False
+        return closed
+
+    def abandon_streams(self, why: str) -> bool:
+        """Give up on pipes a stray descendant still holds, so the process can close."""
+        self.open_streams.clear()
+        self.failure = why
+        self.timed_out = True
+        return self.step(Input.ABANDONED)
+
+    @property
+    def may_signal(self) -> bool:
+        return self.phase is Phase.RUNNING
+
+    @property
+    def is_running(self) -> bool:
+        return self.phase in (Phase.STARTING, Phase.RUNNING)
+
+    def remember_write(self, write_id: str, limit: int) -> bool:
+        """Record a writeId; False when it was seen already (the write is a retry)."""
+        if write_id in self.write_ids:
+            return False
+        self.write_ids[write_id] = None
+        if len(self.write_ids) > limit:
+            self.write_ids.popitem(last=False)
+        return True

@@ -1,0 +1,311 @@
+"""The ``process/*`` methods and the process events: the lifecycle seen from the server."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from . import _params
+from ._actions import (
+    CloseStdin,
+    Finalize,
+    PauseOutput,
+    ResumeOutput,
+    Send,
+    Signal,
+    Spawn,
+    SpawnSpec,
+    WriteStdin,
+)
+from ._env import child_environment
+from ._errors import LocalProtocolError, RpcError, internal_error, invalid_request
+from ._events import OutputReceived, ProcessExited, ProcessSpawned, SpawnFailed, StreamClosed
+from ._jsonrpc import Id
+from ._process import Input, Phase, Process
+from ._session import Connection, PendingRead, Session
+from ._state import CoreState
+
+ABANDONED = "output pipes abandoned: a descendant kept them open after the process was terminated"
+
+
+def unknown_process(process_id: str) -> RpcError:
+    return invalid_request(f"unknown process id {process_id}")
+
+
+class ProcessHandlers(CoreState):
+    # -- methods ------------------------------------------------------------------------------
+
+    def _process_start(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
+        p = _params.start(raw)
+        if p.process_id in session.processes:
+            raise invalid_request(f"process {p.process_id} already exists")
+        handle = self._next_proc
+        self._next_proc += 1
+        process = Process(
+            handle,
+            p.process_id,
+            session,
+            tty=p.tty,
+            pipe_stdin=p.pipe_stdin,
+            retention_bytes=self.config.retention_bytes,
+            retention_chunks=self.config.retention_chunks,
+        )
+        session.processes[p.process_id] = process
+        self._procs[handle] = process
+        c.starts[handle] = msg_id
+        env = child_environment(self.host.env, p.env, p.env_policy)
+        spec = SpawnSpec(
+            argv=p.argv,
+            arg0=p.arg0,
+            cwd=p.cwd,
+            env=tuple(env.items()),
+            tty=p.tty,
+            pipe_stdin=p.pipe_stdin,
+            session_id=session.session_id,
+            process_id=p.process_id,
+        )
+        self._emit(Spawn(proc=handle, spec=spec))
+
+    def _process_read(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
+        p = _params.read(raw)
+        process = session.processes.get(p.process_id)
+        if process is None:
+            raise unknown_process(p.process_id)
+        if p.wait_ms == 0 or _read_ready(process, p.after_seq):
+            self._respond(c.conn, msg_id, _read_result(process, p.after_seq, p.max_bytes))
+            return
+        token = self._next_token
+        self._next_token += 1
+        read = PendingRead(token, c.conn, msg_id, process, p.after_seq, p.max_bytes)
+        process.readers[token] = read
+        c.reads[token] = read
+        self._set_timer(("read", read), p.wait_ms / 1000)
+
+    def _process_write(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
+        p = _params.write(raw)
+        process = session.processes.get(p.process_id)
+        if process is None:
+            status = "unknownProcess"
+        elif process.phase is Phase.STARTING:
+            status = "starting"
+        elif p.write_id in process.write_ids:
+            status = "accepted"  # a retry of a write already done
+        elif not process.stdin_open:
+            status = "stdinClosed"
+        else:
+            process.remember_write(p.write_id, self.config.write_id_memory)
+            if p.chunk:
+                self._emit(WriteStdin(proc=process.proc, data=p.chunk))
+            if p.close_stdin:
+                process.stdin_open = False
+                self._emit(CloseStdin(proc=process.proc))
+            status = "accepted"
+        self._respond(c.conn, msg_id, {"status": status})
+
+    def _process_signal(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
+        p = _params.signal(raw)
+        process = session.processes.get(p.process_id)
+        # Unknown, not yet spawned, or already exited: nothing to signal, and no error, so a
+        # client racing the exit does not see a failure it cannot act on.
+        if process is not None and process.may_signal:
+            self._emit(Signal(proc=process.proc, signal=p.signal))
+        self._respond(c.conn, msg_id, {})
+
+    def _process_terminate(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
+        process = session.processes.get(_params.process_id(raw))
+        running = process is not None and process.is_running
+        if process is not None:
+            self._terminate(process)
+        self._respond(c.conn, msg_id, {"running": running})
+
+    def _terminate(self, process: Process) -> None:
+        """Stop a process: TERM now, KILL after the grace; give up held pipes after another."""
+        if process.terminating or process.phase is Phase.CLOSED:
+            return
+        process.terminating = True
+        if process.phase is Phase.RUNNING:
+            self._emit(Signal(proc=process.proc, signal="TERM"))
+            self._set_timer(("kill", process.proc), self.config.kill_grace)
+        elif process.phase is Phase.EXITED:
+            self._set_timer(("abandon", process.proc), self.config.kill_grace)
+        # STARTING: the TERM goes out as soon as the spawn is reported.
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _on_spawned(self, event: ProcessSpawned) -> None:
+        process = self._live_process(event.proc)
+        if process is None:
+            return
+        process.step(Input.SPAWNED)
+        c = self._start_conn(process)
+        if c is not None:
+            self._respond(
+                c.conn,
+                c.starts.pop(process.proc),
+                {"processId": process.process_id, "sandboxType": self.config.sandbox_type},
+            )
+        if process.terminating:
+            process.terminating = False
+            self._terminate(process)
+        owner = process.session.conn
+        if owner is not None and self._conns[owner].blocked:
+            process.paused = True
+            self._emit(PauseOutput(proc=process.proc))
+
+    def _on_spawn_failed(self, event: SpawnFailed) -> None:
+        process = self._live_process(event.proc)
+        if process is None:
+            return
+        if process.phase is not Phase.STARTING:
+            raise LocalProtocolError(f"process {process.proc}: spawn failure after the spawn")
+        del self._procs[process.proc]
+        del process.session.processes[process.process_id]  # the id is free again at once
+        c = self._start_conn(process)
+        if c is not None:
+            data = {"kind": "spawnNotFound"} if event.not_found else None
+            self._fail(c.conn, c.starts.pop(process.proc), internal_error(event.error, data))
+        for read in list(process.readers.values()):
+            self._cancel_read(read)
+            self._fail(read.conn, read.id, unknown_process(process.process_id))
+        self._emit(Finalize(proc=process.proc, status="failed", exit_code=None, timed_out=False))
+
+    def _on_output(self, event: OutputReceived) -> None:
+        process = self._live_process(event.proc)
+        if process is None:
+            return
+        data = process.output(event.stream, event.data)
+        conn = process.session.conn
+        if conn is not None:
+            self._actions.append(Send(conn=conn, data=data))
+        if process.readers:
+            self._wake_readers(process)
+
+    def _on_stream_closed(self, event: StreamClosed) -> None:
+        process = self._live_process(event.proc)
+        if process is not None and process.close_stream(event.stream):
+            self._close(process)
+
+    def _on_exited(self, event: ProcessExited) -> None:
+        process = self._live_process(event.proc)
+        if process is None:
+            return
+        closed = process.exited(event.returncode)
+        self._timers.cancel(("kill", process.proc))
+        self._notify(
+            process.session,
+            "process/exited",
+            {
+                "processId": process.process_id,
+                "seq": process.take_seq(),
+                "exitCode": process.exit_code,
+                "sandboxDenied": False,
+            },
+        )
+        if closed:
+            self._close(process)
+            return
+        if process.terminating:
+            # Terminated, yet something outside its group holds the pipes: wait one more grace.
+            self._set_timer(("abandon", process.proc), self.config.kill_grace)
+        self._wake_readers(process)
+
+    def _close(self, process: Process) -> None:
+        """The process is exited and every stream is at EOF (or abandoned): its last event."""
+        self._notify(
+            process.session,
+            "process/closed",
+            {"processId": process.process_id, "seq": process.take_seq()},
+        )
+        del self._procs[process.proc]
+        self._timers.cancel(("kill", process.proc))
+        self._timers.cancel(("abandon", process.proc))
+        self._set_timer(("evict", process.proc, process), self.config.closed_ttl)
+        self._emit(
+            Finalize(
+                proc=process.proc,
+                status="completed",
+                exit_code=process.exit_code,
+                timed_out=process.timed_out,
+            )
+        )
+        self._wake_readers(process)
+
+    # -- deadlines ------------------------------------------------------------------------------
+
+    def _on_kill_due(self, proc: int) -> None:
+        process = self._procs.get(proc)
+        if process is not None and process.may_signal:
+            process.timed_out = True
+            self._emit(Signal(proc=proc, signal="KILL"))
+
+    def _on_abandon_due(self, proc: int) -> None:
+        process = self._procs.get(proc)
+        if process is not None and process.abandon_streams(ABANDONED):
+            self._close(process)
+
+    def _on_evict_due(self, process: Process) -> None:
+        if process.session.processes.get(process.process_id) is process:
+            del process.session.processes[process.process_id]
+
+    def _on_read_due(self, read: PendingRead) -> None:
+        self._cancel_read(read)
+        self._respond(read.conn, read.id, _read_result(read.process, read.after_seq, read.max_bytes))
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _start_conn(self, process: Process) -> Connection | None:
+        """The connection still waiting for this process's start answer, if any."""
+        conn = process.session.conn
+        if conn is None:
+            return None
+        c = self._conns[conn]
+        return c if process.proc in c.starts else None
+
+    def _wake_readers(self, process: Process) -> None:
+        for read in list(process.readers.values()):
+            if _read_ready(process, read.after_seq):
+                self._cancel_read(read)
+                self._respond(
+                    read.conn, read.id, _read_result(process, read.after_seq, read.max_bytes)
+                )
+
+    def _cancel_read(self, read: PendingRead) -> None:
+        del read.process.readers[read.token]
+        del self._conns[read.conn].reads[read.token]
+        self._timers.cancel(("read", read))
+
+    def _set_paused(self, session: Session, paused: bool) -> None:
+        """Pause or resume reading the output of every live process of the session."""
+        for process in session.processes.values():
+            if process.proc in self._procs and process.paused != paused:
+                process.paused = paused
+                action = PauseOutput if paused else ResumeOutput
+                self._emit(action(proc=process.proc))
+
+
+def _read_ready(process: Process, after_seq: int) -> bool:
+    """Whether a read at ``after_seq`` is answered now rather than waiting."""
+    phase = process.phase
+    if phase is Phase.CLOSED or process.log.has_after(after_seq):
+        return True
+    return phase is Phase.EXITED and after_seq < process.next_seq - 1
+
+
+def _read_result(process: Process, after_seq: int, max_bytes: int | None) -> dict[str, Any]:
+    chunks, truncated = process.log.read(after_seq, max_bytes)
+    log = process.log
+    first = log.first_retained_seq
+    return {
+        "chunks": [
+            {"seq": c.seq, "stream": c.stream, "chunk": base64.b64encode(c.data).decode("ascii")}
+            for c in chunks
+        ],
+        "nextSeq": chunks[-1].seq + 1 if truncated else process.next_seq,
+        "exited": process.phase in (Phase.EXITED, Phase.CLOSED),
+        "exitCode": process.exit_code,
+        "closed": process.phase is Phase.CLOSED,
+        "failure": process.failure,
+        "sandboxDenied": False,
+        "firstRetainedSeq": first if first is not None else process.next_seq,
+        "droppedBytes": log.dropped_bytes,
+    }

@@ -1,0 +1,74 @@
+"""Sessions and connections: who owns which processes, and who is listening.
+
+A session outlives its connection: when the connection drops the session detaches, its processes
+keep running into their bounded logs, and a new connection may resume it within the TTL.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from ._jsonrpc import Id
+from ._process import Process
+
+
+class Handshake(enum.Enum):
+    NEW = "new"  # nothing yet: only `initialize` is allowed
+    INITIALIZING = "initializing"  # `initialize` answered; waiting for `initialized`
+    READY = "ready"
+
+
+class Session:
+    __slots__ = ("session_id", "conn", "processes", "expired")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.conn: int | None = None
+        # processId -> process. A closed process stays here (readable) until it is evicted.
+        self.processes: dict[str, Process] = {}
+        self.expired = False
+
+
+class PendingRead:
+    """A long-poll ``process/read`` waiting for output, exit, close or its deadline."""
+
+    __slots__ = ("token", "conn", "id", "process", "after_seq", "max_bytes")
+
+    def __init__(
+        self, token: int, conn: int, id: Id, process: Process, after_seq: int, max_bytes: int | None
+    ) -> None:
+        self.token = token
+        self.conn = conn
+        self.id = id
+        self.process = process
+        self.after_seq = after_seq
+        self.max_bytes = max_bytes
+
+
+class Connection:
+    __slots__ = (
+        "conn",
+        "new_session_id",
+        "handshake",
+        "session",
+        "blocked",
+        "reads",
+        "starts",
+        "ops",
+        "fs_handles",
+        "http_streams",
+    )
+
+    def __init__(self, conn: int, new_session_id: str) -> None:
+        self.conn = conn
+        self.new_session_id = new_session_id
+        self.handshake = Handshake.NEW
+        self.session: Session | None = None
+        # The adapter reported its send buffer full: output of this session's processes is paused.
+        self.blocked = False
+        # Everything that would answer on this connection later, so closing it cancels them all.
+        self.reads: dict[int, PendingRead] = {}
+        self.starts: dict[int, Id] = {}  # proc -> request id of its process/start
+        self.ops: set[int] = set()
+        self.fs_handles: set[str] = set()
+        self.http_streams: dict[str, int] = {}  # requestId -> op, while streaming

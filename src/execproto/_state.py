@@ -1,0 +1,79 @@
+"""The state every part of the server core shares, and the helpers that emit actions.
+
+`ServerCore` is assembled from handler classes (processes, services) that all derive from this
+one, so each concern lives in its own small module while there is still one owner of the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from ._actions import Action, Send
+from ._config import Config, Host
+from ._errors import LocalProtocolError, RpcError
+from ._jsonrpc import Id, encode_error, encode_notification, encode_result
+from ._process import Process
+from ._session import Connection, Session
+from ._timers import Timers
+
+
+class CoreState:
+    def __init__(self, config: Config, host: Host) -> None:
+        self.config = config
+        self.host = host
+        self._now = 0.0
+        # Filled by one `handle()` call and handed back whole at its end.
+        self._actions: list[Action] = []
+        self._timers = Timers()
+        self._conns: dict[int, Connection] = {}
+        self._sessions: dict[str, Session] = {}
+        # Processes spawned (or being spawned) and not yet finalized, by the core's handle.
+        self._procs: dict[int, Process] = {}
+        self._next_proc = 1
+        self._next_op = 1
+        self._next_token = 1
+
+    # -- emitting -----------------------------------------------------------------------------
+
+    def _emit(self, action: Action) -> None:
+        self._actions.append(action)
+
+    def _respond(self, conn: int, msg_id: Id | None, result: Any) -> None:
+        if msg_id is not None:
+            self._actions.append(Send(conn=conn, data=encode_result(msg_id, result)))
+
+    def _fail(self, conn: int, msg_id: Id | None, error: RpcError) -> None:
+        if msg_id is not None:
+            self._actions.append(Send(conn=conn, data=encode_error(msg_id, error)))
+
+    def _notify(self, session: Session, method: str, params: Any) -> None:
+        if session.conn is not None:
+            self._actions.append(Send(conn=session.conn, data=encode_notification(method, params)))
+
+    def _set_timer(self, key: Hashable, delay: float) -> None:
+        self._timers.set(key, self._now + delay)
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    def _connection(self, conn: int) -> Connection:
+        try:
+            return self._conns[conn]
+        except KeyError:
+            raise LocalProtocolError(f"connection {conn} is not open") from None
+
+    def _live_process(self, proc: int) -> Process | None:
+        """The unfinalized process ``proc``, or None for one already finalized.
+
+        Events for a finalized process are expected (the adapter may have queued them before it
+        carried out `Finalize`) and are dropped; a handle the core never issued is a bug.
+        """
+        process = self._procs.get(proc)
+        if process is None and not 0 < proc < self._next_proc:
+            raise LocalProtocolError(f"process handle {proc} was never issued")
+        return process
+
+    def _take_op(self) -> int:
+        op = self._next_op
+        self._next_op += 1
+        return op

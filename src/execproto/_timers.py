@@ -1,0 +1,43 @@
+"""Deadlines keyed by what they are for, so setting a key again replaces its deadline."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable
+
+
+class Timers:
+    """A heap with lazy deletion: an entry counts only while ``_due[key]`` still names it."""
+
+    __slots__ = ("_heap", "_due", "_counter")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Hashable]] = []
+        self._due: dict[Hashable, tuple[float, int]] = {}
+        self._counter = 0
+
+    def set(self, key: Hashable, when: float) -> None:
+        self._counter += 1
+        self._due[key] = (when, self._counter)
+        heapq.heappush(self._heap, (when, self._counter, key))
+
+    def cancel(self, key: Hashable) -> None:
+        self._due.pop(key, None)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._due
+
+    def next_deadline(self) -> float | None:
+        heap = self._heap
+        while heap and self._due.get(heap[0][2]) != heap[0][:2]:
+            heapq.heappop(heap)  # stale: cancelled or replaced
+        return heap[0][0] if heap else None
+
+    def pop_due(self, now: float) -> list[Hashable]:
+        """Remove and return every key due at or before ``now``, earliest first."""
+        due: list[Hashable] = []
+        while (when := self.next_deadline()) is not None and when <= now:
+            _, _, key = heapq.heappop(self._heap)
+            del self._due[key]
+            due.append(key)
+        return due

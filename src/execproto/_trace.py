@@ -1,0 +1,141 @@
+"""Record every `handle()` call as JSON Lines, and replay a recording into a fresh core.
+
+Line 1 is a header: format, version, the `Config` and the `Host` facts. Every further line is one
+call: ``{"t": now, "event": ..., "actions": [...]}``, or ``"error"`` in place of ``"actions"`` when
+the call raised `LocalProtocolError`. Events and actions are written as their attrs fields with
+``"$type"`` naming the class; bytes are ``{"$bytes": base64}``. Because the core is deterministic,
+replaying the events at the recorded times must give the recorded actions, step for step.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+
+from . import _actions, _events
+from ._config import Config, Host
+from ._errors import LocalProtocolError, RpcError
+from ._events import Event
+from ._server import ServerCore
+
+FORMAT = "execproto-trace"
+VERSION = 1
+
+_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for module in (_events, _actions)
+    for cls in vars(module).values()
+    if isinstance(cls, type) and attrs.has(cls)
+}
+_TYPES["RpcError"] = RpcError
+
+
+def to_json(value: Any) -> Any:
+    """A JSON-able form of an event, an action or any value inside one."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if attrs.has(type(value)):
+        out = {"$type": type(value).__name__}
+        for field in attrs.fields(type(value)):
+            out[field.name] = to_json(getattr(value, field.name))
+        return out
+    if isinstance(value, (list, tuple)):
+        return [to_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_json(item) for key, item in value.items()}
+    return value
+
+
+def from_json(value: Any) -> Any:
+    """The inverse of `to_json` (sequences come back as tuples)."""
+    if isinstance(value, list):
+        return tuple(from_json(item) for item in value)
+    if not isinstance(value, dict):
+        return value
+    if "$bytes" in value:
+        return base64.b64decode(value["$bytes"])
+    fields = {key: from_json(item) for key, item in value.items() if key != "$type"}
+    if "$type" not in value:
+        return fields
+    cls = _TYPES[value["$type"]]
+    if cls is RpcError:
+        return RpcError(fields["code"], fields["message"], fields.get("data"))
+    return cls(**fields)
+
+
+def _header(config: Config, host: Host) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": attrs.asdict(config),
+        "host": attrs.asdict(host),
+    }
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+class Recorder:
+    """A `ServerCore` that also writes each call to ``sink`` (one JSON line per call)."""
+
+    def __init__(self, core: ServerCore, sink: Callable[[str], None]) -> None:
+        self.core = core
+        self._sink = sink
+        sink(_dumps(_header(core.config, core.host)))
+
+    def handle(self, event: Event, now: float) -> list[_actions.Action]:
+        step: dict[str, Any] = {"t": now, "event": to_json(event)}
+        try:
+            actions = self.core.handle(event, now)
+        except LocalProtocolError as exc:
+            step["error"] = str(exc)
+            self._sink(_dumps(step))
+            raise
+        step["actions"] = [to_json(action) for action in actions]
+        self._sink(_dumps(step))
+        return actions
+
+    def next_deadline(self) -> float | None:
+        return self.core.next_deadline()
+
+
+@attrs.frozen(kw_only=True)
+class ReplayResult:
+    """``ok`` when every step matched; otherwise the first step (1-based) that did not."""
+
+    ok: bool
+    steps: int
+    step: int | None = None
+    expected: Any = None
+    actual: Any = None
+
+
+def load_header(line: str) -> tuple[Config, Host]:
+    header = json.loads(line)
+    if header.get("format") != FORMAT or header.get("version") != VERSION:
+        raise ValueError(f"not an {FORMAT} v{VERSION} trace: {line[:80]!r}")
+    return Config(**header["config"]), Host(**header["host"])
+
+
+def replay(lines: Iterable[str]) -> ReplayResult:
+    """Feed a recorded trace to a fresh core and compare its actions step by step."""
+    it = iter(line for line in lines if line.strip())
+    config, host = load_header(next(it))
+    core = ServerCore(config, host)
+    steps = 0
+    for steps, line in enumerate(it, start=1):
+        step = json.loads(line)
+        event = from_json(step["event"])
+        try:
+            actual: Any = json.loads(_dumps([to_json(a) for a in core.handle(event, step["t"])]))
+        except LocalProtocolError as exc:
+            actual = {"error": str(exc)}
+        expected = step["actions"] if "actions" in step else {"error": step["error"]}
+        if actual != expected:
+            return ReplayResult(ok=False, steps=steps, step=steps, expected=expected, actual=actual)
+    return ReplayResult(ok=True, steps=steps)

@@ -1,9 +1,9 @@
 # The two set-up commands: `make serve` and `make test`. Each creates .venv when it is missing.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test test-core typecheck coverage fuzz-long bench clean
+.PHONY: serve test typecheck coverage fuzz-long bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,11 +14,16 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,trio]'
 	touch $@
 
+# The server command arrives with the asyncio adapter; until then say so plainly.
 serve: $(VENV)/.installed
-	$(BIN)/python -m execproto.adapters serve --listen ws://127.0.0.1:8765
+	@if [ -f src/adapters/__main__.py ]; then \
+		$(BIN)/python -m execproto.adapters serve --listen ws://127.0.0.1:8765; \
+	else \
+		echo "execproto serve is not built yet: only the protocol core exists so far" >&2; exit 1; \
+	fi
 
 test: $(VENV)/.installed typecheck coverage
-	$(BIN)/python -m pytest tests/adapters fuzz
+	$(BIN)/python -m pytest tests --ignore=tests/core fuzz
 
 typecheck: $(VENV)/.installed
 	$(BIN)/python -m mypy src/execproto

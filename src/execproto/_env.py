@@ -12,11 +12,24 @@ from fnmatch import fnmatchcase
 
 import attrs
 
-# The variables a program needs to find its user, its tools and a temporary directory.
-CORE_VARS = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "USERNAME", "TMPDIR", "TEMP", "TMP")
+# The variables a program needs to find its user, its tools, its locale and a temporary
+# directory. LANG is here because the reference (0.171.0) keeps it under "core".
+CORE_VARS = (
+    "HOME",
+    "LANG",
+    "LOGNAME",
+    "PATH",
+    "SHELL",
+    "USER",
+    "USERNAME",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+)
 # Names that usually hold credentials; dropped unless the policy says otherwise.
 DEFAULT_EXCLUDES = ("*KEY*", "*SECRET*", "*TOKEN*")
-INHERIT_CHOICES = ("all", "core", "none")
+# In the reference's order, which its error message lists.
+INHERIT_CHOICES = ("core", "all", "none")
 
 
 @attrs.frozen(kw_only=True)

@@ -20,6 +20,8 @@ class ConnectionOpened:
     # Minted by the adapter (the core has no randomness); used if this connection starts a new
     # session rather than resuming one.
     session_id: str
+    # Who is on the other end, for messages: "websocket 127.0.0.1:50312", "stdio".
+    label: str = "client"
 
 
 @attrs.frozen(kw_only=True)
@@ -56,10 +58,11 @@ class ProcessSpawned:
 @attrs.frozen(kw_only=True)
 class SpawnFailed:
     proc: int
-    # The OS error text, shown to the client.
+    # The OS error text, shown to the client, e.g. "No such file or directory (os error 2)".
     error: str
-    # The program was not found (ENOENT on the executable): the client gets data.kind spawnNotFound.
-    not_found: bool = False
+    # The client's error data.kind: "spawnNotFound" (ENOENT), "spawnPermissionDenied" (EACCES)
+    # or "spawnFailed" (anything else).
+    kind: str = "spawnFailed"
 
 
 @attrs.frozen(kw_only=True)

@@ -13,11 +13,11 @@ from typing import Any
 
 import attrs
 
-from ._errors import INVALID_REQUEST, RpcError
+from ._errors import RpcError
 
 Id = str | int
 
-# The id used to answer a frame whose own id could not be read.
+# The id used to answer a frame that could not be read as a message.
 UNKNOWN_ID = -1
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
@@ -34,49 +34,62 @@ class Incoming:
 
 @attrs.frozen
 class Malformed:
-    """A frame that is not a usable request; ``id`` is what to answer with, if anything."""
+    """A frame that is not a message; answered with id -1 and ``detail`` in the message."""
 
-    id: Id | None
-    error: RpcError
+    detail: str
+
+
+@attrs.frozen
+class ClientResponse:
+    """A response from the client. The server sends no requests, so nothing can await one."""
+
+    id: Id
+
+
+def describe(value: Any) -> str:
+    """How the reference's deserializer names an unexpected JSON value in its messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean `{'true' if value else 'false'}`"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string " + json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "sequence"
+    return "map"
+
+
+_I64 = range(-(2**63), 2**63)
 
 
 def _valid_id(value: object) -> bool:
-    # bool is an int subclass, but true/false is not a JSON-RPC id.
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    # bool is an int subclass, but true/false is no id; ids are i64 on the reference's side.
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, str) or (isinstance(value, int) and value in _I64)
 
 
-def parse(data: bytes | str) -> Incoming | Malformed | None:
-    """Decode one frame. None means "nothing to answer" (a response from the client)."""
+def parse(data: bytes | str) -> Incoming | Malformed | ClientResponse:
+    """Decode one frame."""
     try:
         message = json.loads(data)
     except (ValueError, RecursionError) as exc:
-        # ValueError covers bad JSON, bad UTF-8 and over-long integers.
-        return Malformed(UNKNOWN_ID, RpcError(INVALID_REQUEST, f"invalid JSON-RPC message: {exc}"))
+        # ValueError covers bad JSON, bad UTF-8 and integers too long to convert.
+        return Malformed(str(exc) or type(exc).__name__)
     if not isinstance(message, dict):
-        return Malformed(
-            UNKNOWN_ID, RpcError(INVALID_REQUEST, "invalid JSON-RPC message: expected an object")
-        )
-    has_id = "id" in message
-    msg_id = message.get("id")
-    if has_id and not _valid_id(msg_id):
-        return Malformed(
-            UNKNOWN_ID,
-            RpcError(INVALID_REQUEST, "invalid JSON-RPC message: id must be a string or an integer"),
-        )
+        return Malformed("expected a JSON-RPC object")
+    if "id" in message and not _valid_id(message["id"]):
+        return Malformed("data did not match any variant of untagged enum RequestId")
     method = message.get("method")
     if method is None:
-        if has_id and ("result" in message or "error" in message):
-            return None  # a response: the server sends no requests, so nothing waits for it
-        return Malformed(
-            msg_id if has_id else UNKNOWN_ID,
-            RpcError(INVALID_REQUEST, "invalid JSON-RPC message: missing method"),
-        )
+        if "id" in message and ("result" in message or "error" in message):
+            return ClientResponse(message["id"])
+        return Malformed("missing field `method`")
     if not isinstance(method, str):
-        return Malformed(
-            msg_id if has_id else UNKNOWN_ID,
-            RpcError(INVALID_REQUEST, "invalid JSON-RPC message: method must be a string"),
-        )
-    return Incoming(method=method, params=message.get("params"), id=msg_id if has_id else None)
+        return Malformed(f"invalid type: {describe(method)}, expected a string")
+    return Incoming(method=method, params=message.get("params"), id=message.get("id"))
 
 
 def encode_result(msg_id: Id, result: Any) -> bytes:

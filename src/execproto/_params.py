@@ -1,129 +1,111 @@
 """Typed, validated params for each method. A bad field raises `RpcError` (-32602).
 
-Messages name the field the way the client spelled it (camelCase), so a client author can find
-the mistake without reading this code.
+The messages are the reference server's, which come from its deserializer: ``missing field `x` ``
+for an absent required field, ``invalid type: <what came>, expected <what was wanted>`` for a
+wrong one (an explicit null included), ``invalid number`` for a negative or fractional count.
+Clients and their authors have seen these; keeping them means one set of errors to learn.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import attrs
 
+from ._b64 import decode as b64decode
 from ._env import INHERIT_CHOICES, EnvPolicy
 from ._errors import RpcError, invalid_params
-from ._paths import path_from_uri
+from ._jsonrpc import describe
+from ._paths import cwd_from_uri
 
-# Rust clients send u64 fields; larger values cannot be meant and would only feed arithmetic.
+T = TypeVar("T")
+
+# Counts are u64 on the reference's side; anything outside is "invalid number" there too.
 _MAX_UINT = 2**64 - 1
 
 
+def wrong_type(value: Any, expected: str) -> RpcError:
+    return invalid_params(f"invalid type: {describe(value)}, expected {expected}")
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise wrong_type(value, "a string")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise wrong_type(value, "a boolean")
+    return value
+
+
+def _uint(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise wrong_type(value, "u64")
+    if isinstance(value, float) or not 0 <= value <= _MAX_UINT:
+        raise invalid_params("invalid number")
+    return value
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise wrong_type(value, "a sequence")
+    return tuple(_text(item) for item in value)
+
+
+def _text_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise wrong_type(value, "a map")
+    return {key: _text(item) for key, item in value.items()}
+
+
 class Fields:
-    """Reads a params object field by field, with one message style for every mistake."""
+    """Reads a params object field by field. ``struct`` names it in messages."""
 
     __slots__ = ("_params",)
 
-    def __init__(self, params: Any) -> None:
-        if params is None:
-            params = {}
+    def __init__(self, params: Any, struct: str) -> None:
         if not isinstance(params, dict):
-            raise invalid_params("invalid params: expected an object")
+            raise wrong_type(params, f"struct {struct}")
         self._params: dict[str, Any] = params
 
-    def _get(self, name: str, required: bool) -> Any:
+    def required(self, name: str, convert: Callable[[Any], T]) -> T:
+        if name not in self._params:
+            raise invalid_params(f"missing field `{name}`")
+        return convert(self._params[name])
+
+    def optional(self, name: str, convert: Callable[[Any], T]) -> T | None:
         value = self._params.get(name)
-        if value is None and required:
-            raise invalid_params(f"invalid params: missing field `{name}`")
-        return value
+        return None if value is None else convert(value)
+
+    def text(self, name: str) -> str:
+        return self.required(name, _text)
+
+    def opt_text(self, name: str) -> str | None:
+        return self.optional(name, _text)
+
+    def flag(self, name: str, default: bool | None = None) -> bool:
+        if default is None:
+            return self.required(name, _flag)
+        value = self.optional(name, _flag)
+        return default if value is None else value
+
+    def uint(self, name: str) -> int:
+        return self.required(name, _uint)
+
+    def opt_uint(self, name: str) -> int | None:
+        return self.optional(name, _uint)
+
+    def texts(self, name: str) -> tuple[str, ...]:
+        return self.required(name, _texts)
+
+    def text_map(self, name: str) -> dict[str, str]:
+        return self.required(name, _text_map)
 
     def raw(self, name: str) -> Any:
         return self._params.get(name)
-
-    @staticmethod
-    def _wrong(name: str, expected: str) -> RpcError:
-        return invalid_params(f"invalid params: `{name}` must be {expected}")
-
-    def text(self, name: str) -> str:
-        value = self._get(name, True)
-        if not isinstance(value, str):
-            raise self._wrong(name, "a string")
-        return value
-
-    def opt_text(self, name: str) -> str | None:
-        value = self._get(name, False)
-        if value is not None and not isinstance(value, str):
-            raise self._wrong(name, "a string")
-        return value
-
-    def flag(self, name: str, default: bool | None = None) -> bool:
-        value = self._get(name, default is None)
-        if value is None:
-            assert default is not None
-            return default
-        if not isinstance(value, bool):
-            raise self._wrong(name, "a boolean")
-        return value
-
-    def opt_uint(self, name: str) -> int | None:
-        value = self._get(name, False)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_UINT:
-            raise self._wrong(name, "a non-negative integer")
-        return value
-
-    def uint(self, name: str) -> int:
-        self._get(name, True)
-        value = self.opt_uint(name)
-        assert value is not None
-        return value
-
-    def texts(self, name: str, required: bool = True) -> tuple[str, ...]:
-        value = self._get(name, required)
-        if value is None:
-            return ()
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise self._wrong(name, "an array of strings")
-        return tuple(value)
-
-    def text_map(self, name: str, required: bool = True) -> dict[str, str]:
-        value = self._get(name, required)
-        if value is None:
-            return {}
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise self._wrong(name, "an object of strings")
-        return value
-
-    def base64(self, name: str, required: bool = True) -> bytes | None:
-        value = self._get(name, required)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise self._wrong(name, "a base64 string")
-        try:
-            return base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            raise self._wrong(name, "valid base64") from None
-
-    def uri(self, name: str) -> str:
-        return path_from_uri(self.text(name), name)
-
-    def sub(self, name: str) -> Fields | None:
-        value = self._get(name, False)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise self._wrong(name, "an object")
-        return Fields(value)
-
-
-def nonempty_id(fields: Fields, name: str) -> str:
-    value = fields.text(name)
-    if not value:
-        raise invalid_params(f"invalid params: `{name}` must not be empty")
-    return value
 
 
 @attrs.frozen(kw_only=True)
@@ -133,7 +115,7 @@ class InitializeParams:
 
 
 def initialize(params: Any) -> InitializeParams:
-    fields = Fields(params)
+    fields = Fields(params, "InitializeParams")
     return InitializeParams(
         client_name=fields.text("clientName"),
         resume_session_id=fields.opt_text("resumeSessionId"),
@@ -152,38 +134,47 @@ class StartParams:
     env_policy: EnvPolicy | None
 
 
-def _env_policy(fields: Fields | None) -> EnvPolicy | None:
-    if fields is None:
-        return None
-    inherit = fields.opt_text("inherit") or "all"
-    if inherit not in INHERIT_CHOICES:
-        raise invalid_params(
-            f"invalid params: `envPolicy.inherit` must be one of all, core, none; got {inherit!r}"
-        )
+def _inherit(value: Any) -> str:
+    name = _text(value)
+    if name not in INHERIT_CHOICES:
+        expected = ", ".join(f"`{choice}`" for choice in INHERIT_CHOICES)
+        raise invalid_params(f"unknown variant `{name}`, expected one of {expected}")
+    return name
+
+
+def _env_policy(value: Any) -> EnvPolicy:
+    # Every field is required, as in the reference: a policy is explicit or it is absent.
+    fields = Fields(value, "ExecEnvPolicy")
     return EnvPolicy(
-        inherit=inherit,
-        ignore_default_excludes=fields.flag("ignoreDefaultExcludes", False),
-        exclude=fields.texts("exclude", required=False),
-        set=tuple(fields.text_map("set", required=False).items()),
-        include_only=fields.texts("includeOnly", required=False),
+        inherit=fields.required("inherit", _inherit),
+        ignore_default_excludes=fields.flag("ignoreDefaultExcludes"),
+        exclude=fields.texts("exclude"),
+        set=tuple(fields.text_map("set").items()),
+        include_only=fields.texts("includeOnly"),
     )
 
 
 def start(params: Any) -> StartParams:
-    fields = Fields(params)
-    process_id = nonempty_id(fields, "processId")
+    fields = Fields(params, "WireExecParams")
+    process_id = fields.text("processId")
     argv = fields.texts("argv")
+    cwd = fields.text("cwd")
+    env = fields.text_map("env")
+    tty = fields.flag("tty")
+    pipe_stdin = fields.flag("pipeStdin", False)
+    arg0 = fields.opt_text("arg0")
+    env_policy = fields.optional("envPolicy", _env_policy)
     if not argv:
-        raise invalid_params("invalid params: `argv` must not be empty")
+        raise invalid_params("argv must not be empty")
     return StartParams(
         process_id=process_id,
         argv=argv,
-        arg0=fields.opt_text("arg0"),
-        cwd=fields.uri("cwd"),
-        env=fields.text_map("env"),
-        tty=fields.flag("tty", False),
-        pipe_stdin=fields.flag("pipeStdin", False),
-        env_policy=_env_policy(fields.sub("envPolicy")),
+        arg0=arg0,
+        cwd=cwd_from_uri(cwd),
+        env=env,
+        tty=tty,
+        pipe_stdin=pipe_stdin,
+        env_policy=env_policy,
     )
 
 
@@ -196,7 +187,7 @@ class ReadParams:
 
 
 def read(params: Any) -> ReadParams:
-    fields = Fields(params)
+    fields = Fields(params, "ReadParams")
     return ReadParams(
         process_id=fields.text("processId"),
         after_seq=fields.opt_uint("afterSeq") or 0,
@@ -215,19 +206,37 @@ class WriteParams:
 
 
 def write(params: Any) -> WriteParams:
-    fields = Fields(params)
-    chunk = fields.base64("chunk")
-    assert chunk is not None
+    fields = Fields(params, "WriteParams")
+    process_id = fields.text("processId")
+    chunk = fields.text("chunk")
+    write_id = fields.text("writeId")
+    close_stdin = fields.flag("closeStdin", False)
+    if not write_id:
+        raise invalid_params("writeId must not be empty")
     return WriteParams(
-        process_id=fields.text("processId"),
-        chunk=chunk,
-        write_id=nonempty_id(fields, "writeId"),
-        close_stdin=fields.flag("closeStdin", False),
+        process_id=process_id,
+        chunk=b64decode(chunk),
+        write_id=write_id,
+        close_stdin=close_stdin,
     )
 
 
-# Wire name → the signal the process group gets.
+# Wire name -> the signal the process group gets. The reference knows only "interrupt".
 SIGNALS = {"interrupt": "INT"}
+
+
+def _signal(value: Any) -> str:
+    # An enum variant may be written as "name" or as {"name": null}.
+    if isinstance(value, dict):
+        if len(value) != 1:
+            raise invalid_params("invalid value: map, expected map with a single key")
+        (value,) = value
+    elif not isinstance(value, str):
+        raise wrong_type(value, "string or map")
+    if value not in SIGNALS:
+        expected = ", ".join(f"`{name}`" for name in SIGNALS)
+        raise invalid_params(f"unknown variant `{value}`, expected {expected}")
+    return SIGNALS[value]
 
 
 @attrs.frozen(kw_only=True)
@@ -237,14 +246,17 @@ class SignalParams:
 
 
 def signal(params: Any) -> SignalParams:
-    fields = Fields(params)
-    name = fields.text("signal")
-    if name not in SIGNALS:
-        raise invalid_params(
-            f"invalid params: `signal` must be one of {', '.join(SIGNALS)}; got {name!r}"
-        )
-    return SignalParams(process_id=fields.text("processId"), signal=SIGNALS[name])
+    fields = Fields(params, "SignalParams")
+    return SignalParams(
+        process_id=fields.text("processId"), signal=fields.required("signal", _signal)
+    )
 
 
-def process_id(params: Any) -> str:
-    return Fields(params).text("processId")
+def terminate(params: Any) -> str:
+    return Fields(params, "TerminateParams").text("processId")
+
+
+def unit(params: Any) -> None:
+    """Params of a method that takes none: absent, null or an empty object."""
+    if params is not None and not isinstance(params, dict):
+        raise wrong_type(params, "unit")

@@ -1,37 +1,56 @@
 """``file:`` URIs to native paths and back, as pure string functions.
 
 The protocol names every path as a ``file:`` URI so that a client on another OS cannot be
-misread; a native path string is a client error, never guessed at.
+misread; a native path string is a client error, never guessed at. Messages are the reference's.
 """
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote, unquote, urlsplit
 
-from ._errors import RpcError, invalid_params
+from ._errors import RpcError, invalid_params, invalid_request
 
 _LOCAL_HOSTS = ("", "localhost")
+# A Windows drive ("file:///C:/x") names nothing on this host.
+_DRIVE = re.compile(r"^/[A-Za-z]:")
 
 
-def path_from_uri(uri: str, field: str) -> str:
-    """The native absolute path a ``file:`` URI names on this host.
+class ForeignPath(Exception):
+    """A well-formed ``file:`` URI that does not name a path on this host."""
 
-    Raises `RpcError` (-32602) for anything else: a plain path, another scheme, another host, a
-    relative path, or a NUL byte (which no POSIX path can hold).
-    """
+
+def _parse(uri: str) -> str:
+    """The native path of ``uri``; `RpcError` for a non-URI, `ForeignPath` for another host."""
     parts = urlsplit(uri)
+    if not parts.scheme:
+        raise invalid_params("invalid URI: relative URL without a base")
     if parts.scheme.lower() != "file":
-        raise invalid_params(f"{field} must be a file: URI, got {uri!r}")
-    if parts.netloc.lower() not in _LOCAL_HOSTS:
-        raise invalid_params(f"{field} names another host: {uri!r}")
-    if parts.query or parts.fragment:
-        raise invalid_params(f"{field} must not have a query or fragment: {uri!r}")
+        raise invalid_params(f"unsupported path URI scheme `{parts.scheme}`")
     path = unquote(parts.path, errors="surrogateescape")
     if not path.startswith("/"):
-        raise invalid_params(f"{field} must be an absolute file: URI, got {uri!r}")
-    if "\x00" in path:
-        raise invalid_params(f"{field} must not contain a NUL byte")
+        path = "/" + path  # "file:tmp" is the URL parser's "/tmp"
+    if parts.netloc.lower() not in _LOCAL_HOSTS or _DRIVE.match(path) or "\x00" in path:
+        raise ForeignPath(uri)
     return path
+
+
+def path_from_uri(uri: str) -> str:
+    """The native absolute path a ``file:`` URI names, for the fs methods."""
+    try:
+        return _parse(uri)
+    except ForeignPath:
+        raise invalid_request(f"'{uri}' is invalid on 'linux'") from None
+
+
+def cwd_from_uri(uri: str) -> str:
+    """As `path_from_uri`, for ``process/start``'s cwd (the reference words it differently)."""
+    try:
+        return _parse(uri)
+    except ForeignPath:
+        raise invalid_params(
+            f"cwd URI `{uri}` is not valid on this exec-server host: '{uri}' is invalid on 'linux'"
+        ) from None
 
 
 def uri_from_path(path: str) -> str:
@@ -39,14 +58,4 @@ def uri_from_path(path: str) -> str:
     return "file://" + quote(path, safe="/", errors="surrogateescape")
 
 
-def require_uri(params: dict[str, object], field: str) -> str:
-    """Read ``field`` from params as a ``file:`` URI and return its native path."""
-    value = params.get(field)
-    if value is None:
-        raise invalid_params(f"missing field `{field}`")
-    if not isinstance(value, str):
-        raise invalid_params(f"invalid type for `{field}`: expected a file: URI string")
-    return path_from_uri(value, field)
-
-
-__all__ = ["RpcError", "path_from_uri", "require_uri", "uri_from_path"]
+__all__ = ["RpcError", "cwd_from_uri", "path_from_uri", "uri_from_path"]

@@ -135,11 +135,16 @@ class Process:
         self.next_seq = seq + 1
         return seq
 
-    def output(self, stream: str, data: bytes) -> bytes:
-        """Record a chunk; return its encoded ``process/output`` notification."""
+    def output(self, stream: str, data: bytes) -> bytes | None:
+        """Record a chunk; return its encoded ``process/output`` notification.
+
+        An empty read carries nothing worth a seq: it is checked, then dropped (None).
+        """
         if stream not in self.open_streams:
             raise LocalProtocolError(f"process {self.proc}: output on {stream!r}, which is not open")
         self.step(Input.OUTPUT)
+        if not data:
+            return None
         seq = self.take_seq()
         self.log.append(seq, stream, data)
         return encode_output(self._prefixes[stream], seq, base64.b64encode(data))
@@ -171,11 +176,8 @@ class Process:
     def is_running(self) -> bool:
         return self.phase in (Phase.STARTING, Phase.RUNNING)
 
-    def remember_write(self, write_id: str, limit: int) -> bool:
-        """Record a writeId; False when it was seen already (the write is a retry)."""
-        if write_id in self.write_ids:
-            return False
+    def remember_write(self, write_id: str, limit: int) -> None:
+        """Record a writeId, forgetting the oldest beyond ``limit``."""
         self.write_ids[write_id] = None
         if len(self.write_ids) > limit:
             self.write_ids.popitem(last=False)
-        return True

@@ -35,8 +35,9 @@ def unknown_process(process_id: str) -> RpcError:
 class ProcessHandlers(CoreState):
     # -- methods ------------------------------------------------------------------------------
 
-    def _process_start(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
-        p = _params.start(raw)
+    def _process_start(
+        self, c: Connection, session: Session, msg_id: Id, p: _params.StartParams
+    ) -> None:
         if p.process_id in session.processes:
             raise invalid_request(f"process {p.process_id} already exists")
         handle = self._next_proc
@@ -66,8 +67,9 @@ class ProcessHandlers(CoreState):
         )
         self._emit(Spawn(proc=handle, spec=spec))
 
-    def _process_read(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
-        p = _params.read(raw)
+    def _process_read(
+        self, c: Connection, session: Session, msg_id: Id, p: _params.ReadParams
+    ) -> None:
         process = session.processes.get(p.process_id)
         if process is None:
             raise unknown_process(p.process_id)
@@ -81,8 +83,9 @@ class ProcessHandlers(CoreState):
         c.reads[token] = read
         self._set_timer(("read", read), p.wait_ms / 1000)
 
-    def _process_write(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
-        p = _params.write(raw)
+    def _process_write(
+        self, c: Connection, session: Session, msg_id: Id, p: _params.WriteParams
+    ) -> None:
         process = session.processes.get(p.process_id)
         if process is None:
             status = "unknownProcess"
@@ -102,8 +105,9 @@ class ProcessHandlers(CoreState):
             status = "accepted"
         self._respond(c.conn, msg_id, {"status": status})
 
-    def _process_signal(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
-        p = _params.signal(raw)
+    def _process_signal(
+        self, c: Connection, session: Session, msg_id: Id, p: _params.SignalParams
+    ) -> None:
         process = session.processes.get(p.process_id)
         # Unknown, not yet spawned, or already exited: nothing to signal, and no error, so a
         # client racing the exit does not see a failure it cannot act on.
@@ -111,8 +115,10 @@ class ProcessHandlers(CoreState):
             self._emit(Signal(proc=process.proc, signal=p.signal))
         self._respond(c.conn, msg_id, {})
 
-    def _process_terminate(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
-        process = session.processes.get(_params.process_id(raw))
+    def _process_terminate(
+        self, c: Connection, session: Session, msg_id: Id, process_id: str
+    ) -> None:
+        process = session.processes.get(process_id)
         running = process is not None and process.is_running
         if process is not None:
             self._terminate(process)
@@ -162,8 +168,8 @@ class ProcessHandlers(CoreState):
         del process.session.processes[process.process_id]  # the id is free again at once
         c = self._start_conn(process)
         if c is not None:
-            data = {"kind": "spawnNotFound"} if event.not_found else None
-            self._fail(c.conn, c.starts.pop(process.proc), internal_error(event.error, data))
+            error = internal_error(event.error, {"kind": event.kind})
+            self._fail(c.conn, c.starts.pop(process.proc), error)
         for read in list(process.readers.values()):
             self._cancel_read(read)
             self._fail(read.conn, read.id, unknown_process(process.process_id))
@@ -175,7 +181,7 @@ class ProcessHandlers(CoreState):
             return
         data = process.output(event.stream, event.data)
         conn = process.session.conn
-        if conn is not None:
+        if conn is not None and data is not None:
             self._actions.append(Send(conn=conn, data=data))
         if process.readers:
             self._wake_readers(process)
@@ -219,7 +225,7 @@ class ProcessHandlers(CoreState):
         del self._procs[process.proc]
         self._timers.cancel(("kill", process.proc))
         self._timers.cancel(("abandon", process.proc))
-        self._set_timer(("evict", process.proc, process), self.config.closed_ttl)
+        self._set_timer(("evict", process), self.config.closed_ttl)
         self._emit(
             Finalize(
                 proc=process.proc,
@@ -277,7 +283,10 @@ class ProcessHandlers(CoreState):
     def _set_paused(self, session: Session, paused: bool) -> None:
         """Pause or resume reading the output of every live process of the session."""
         for process in session.processes.values():
-            if process.proc in self._procs and process.paused != paused:
+            # Only spawned, unfinalized processes have pipes to pause; a process still starting
+            # is paused when its spawn is reported.
+            live = process.proc in self._procs and process.phase is not Phase.STARTING
+            if live and process.paused != paused:
                 process.paused = paused
                 action = PauseOutput if paused else ResumeOutput
                 self._emit(action(proc=process.proc))

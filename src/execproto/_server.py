@@ -10,10 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from . import _jsonrpc, _params
-from ._actions import Action
+from ._actions import Action, CloseConnection
 from ._config import Config, Host
-from ._errors import SESSION_ATTACHED, LocalProtocolError, RpcError, invalid_request
+from ._errors import (
+    METHOD_NOT_FOUND,
+    SESSION_ATTACHED,
+    LocalProtocolError,
+    RpcError,
+    invalid_request,
+)
 from ._events import (
     ConnectionClosed,
     ConnectionOpened,
@@ -34,14 +42,42 @@ from ._events import (
 )
 from ._jsonrpc import Id
 from ._processes import ProcessHandlers
-from ._services import ServiceHandlers
+from ._services import ServiceHandlers, parse_fs, parse_http
 from ._session import Connection, Handshake, Session
 
-NEED_INITIALIZE = "client must call initialize before using exec methods"
-NEED_INITIALIZED = "client must send initialized before using exec methods"
-ALREADY_INITIALIZED = "initialize may only be sent once per connection"
-
 Handler = Callable[[Connection, Session, Id, Any], None]
+
+
+@attrs.frozen
+class Method:
+    """How one request method is served: params are parsed before the handshake is checked
+    (so a malformed call gets its params error in any state), then ``run`` does the work."""
+
+    category: str  # for the handshake errors: "exec", "filesystem", ...
+    parse: Callable[[Any], Any]
+    run: Handler
+
+
+def _fs_method(name: str, run: Handler) -> Method:
+    return Method("filesystem", lambda raw: parse_fs(name, raw), run)
+
+
+_FS_METHODS = (
+    "fs/readFile",
+    "fs/writeFile",
+    "fs/createDirectory",
+    "fs/getMetadata",
+    "fs/canonicalize",
+    "fs/readDirectory",
+    "fs/remove",
+    "fs/copy",
+    "fs/open",
+    "fs/readBlock",
+    "fs/close",
+)
+
+# A WebSocket close code for a peer that broke the protocol (RFC 6455 "protocol error").
+PROTOCOL_ERROR = 1002
 
 
 class ServerCore(ProcessHandlers, ServiceHandlers):
@@ -66,26 +102,15 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
             HttpFinished: self._on_http_finished,
             Tick: self._on_tick,
         }
-        fs = self._fs_call
-        self._methods: dict[str, Handler] = {
-            "process/start": self._process_start,
-            "process/read": self._process_read,
-            "process/write": self._process_write,
-            "process/signal": self._process_signal,
-            "process/terminate": self._process_terminate,
-            "environment/info": self._environment_info,
-            "fs/readFile": lambda c, s, i, p: fs(c, s, i, p, "fs/readFile"),
-            "fs/writeFile": lambda c, s, i, p: fs(c, s, i, p, "fs/writeFile"),
-            "fs/createDirectory": lambda c, s, i, p: fs(c, s, i, p, "fs/createDirectory"),
-            "fs/getMetadata": lambda c, s, i, p: fs(c, s, i, p, "fs/getMetadata"),
-            "fs/canonicalize": lambda c, s, i, p: fs(c, s, i, p, "fs/canonicalize"),
-            "fs/readDirectory": lambda c, s, i, p: fs(c, s, i, p, "fs/readDirectory"),
-            "fs/remove": lambda c, s, i, p: fs(c, s, i, p, "fs/remove"),
-            "fs/copy": lambda c, s, i, p: fs(c, s, i, p, "fs/copy"),
-            "fs/readBlock": lambda c, s, i, p: fs(c, s, i, p, "fs/readBlock"),
-            "fs/open": self._fs_open,
-            "fs/close": self._fs_close,
-            "http/request": self._http_request,
+        self._methods: dict[str, Method] = {
+            "process/start": Method("exec", _params.start, self._process_start),
+            "process/read": Method("exec", _params.read, self._process_read),
+            "process/write": Method("exec", _params.write, self._process_write),
+            "process/signal": Method("exec", _params.signal, self._process_signal),
+            "process/terminate": Method("exec", _params.terminate, self._process_terminate),
+            "environment/info": Method("environment info", _params.unit, self._environment_info),
+            "http/request": Method("http", parse_http, self._http_run),
+            **{name: _fs_method(name, self._fs_run) for name in _FS_METHODS},
         }
         # Deadline kind -> what to do when it passes (see `_set_timer` callers for the keys).
         self._timer_handlers: dict[str, Callable[..., None]] = {
@@ -120,7 +145,7 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
     def _on_connection_opened(self, event: ConnectionOpened) -> None:
         if event.conn in self._conns:
             raise LocalProtocolError(f"connection {event.conn} is already open")
-        self._conns[event.conn] = Connection(event.conn, event.session_id)
+        self._conns[event.conn] = Connection(event.conn, event.session_id, event.label)
 
     def _on_connection_closed(self, event: ConnectionClosed) -> None:
         c = self._connection(event.conn)
@@ -136,42 +161,62 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
 
     def _on_message(self, event: MessageReceived) -> None:
         c = self._connection(event.conn)
+        if c.closing:
+            return  # the adapter is closing it; whatever was still in flight is moot
         message = _jsonrpc.parse(event.data)
-        if message is None:
-            return
         if isinstance(message, _jsonrpc.Malformed):
-            self._fail(c.conn, message.id, message.error)
-            return
-        try:
-            self._dispatch(c, message)
-        except RpcError as error:
-            self._fail(c.conn, message.id, error)
+            error = invalid_request(
+                f"failed to parse JSON-RPC message from exec-server {c.label}: {message.detail}"
+            )
+            self._fail(c.conn, _jsonrpc.UNKNOWN_ID, error)
+        elif isinstance(message, _jsonrpc.ClientResponse):
+            self._close_connection(c, f"unexpected client response: {message.id!r}")
+        elif message.id is None:
+            self._on_notification(c, message.method)
+        else:
+            try:
+                self._on_request(c, message.id, message.method, message.params)
+            except RpcError as error:
+                self._fail(c.conn, message.id, error)
 
-    def _dispatch(self, c: Connection, message: _jsonrpc.Incoming) -> None:
-        method, msg_id = message.method, message.id
-        if c.handshake is Handshake.NEW:
-            if method == "initialize":
-                self._initialize(c, msg_id, message.params)
-            elif msg_id is not None:
-                raise invalid_request(NEED_INITIALIZE)
-            return
-        if method == "initialize":
-            raise invalid_request(ALREADY_INITIALIZED)
-        if method == "initialized":
+    def _on_notification(self, c: Connection, method: str) -> None:
+        # The reference drops a connection that sends any notification but `initialized`, or
+        # `initialized` too early; a client doing either is confused about the protocol.
+        if method != "initialized":
+            self._close_connection(c, f"unexpected notification: {method}")
+        elif c.handshake is Handshake.NEW:
+            self._close_connection(c, "received `initialized` notification before `initialize`")
+        else:
             c.handshake = Handshake.READY
-            return
-        if msg_id is None:
-            return  # notifications other than `initialized` carry nothing the server acts on
-        handler = self._methods.get(method)
-        if handler is None:
-            raise RpcError(-32601, f"method not found: {method}")
-        if c.handshake is Handshake.INITIALIZING:
-            raise invalid_request(NEED_INITIALIZED)
-        assert c.session is not None
-        handler(c, c.session, msg_id, message.params)
 
-    def _initialize(self, c: Connection, msg_id: Id | None, raw: Any) -> None:
-        p = _params.initialize(raw)
+    def _on_request(self, c: Connection, msg_id: Id, method_name: str, raw: Any) -> None:
+        if method_name == "initialize":
+            if c.handshake is not Handshake.NEW:
+                raise invalid_request("initialize may only be sent once per connection")
+            self._initialize(c, msg_id, _params.initialize(raw))
+            return
+        method = self._methods.get(method_name)
+        if method is None:
+            raise RpcError(
+                METHOD_NOT_FOUND, f"exec-server stub does not implement `{method_name}` yet"
+            )
+        params = method.parse(raw)
+        if c.handshake is Handshake.NEW:
+            raise invalid_request(
+                f"client must call initialize before using {method.category} methods"
+            )
+        if c.handshake is Handshake.INITIALIZING:
+            raise invalid_request(
+                f"client must send initialized before using {method.category} methods"
+            )
+        assert c.session is not None
+        method.run(c, c.session, msg_id, params)
+
+    def _close_connection(self, c: Connection, reason: str) -> None:
+        c.closing = True
+        self._emit(CloseConnection(conn=c.conn, code=PROTOCOL_ERROR, reason=reason))
+
+    def _initialize(self, c: Connection, msg_id: Id, p: _params.InitializeParams) -> None:
         if p.resume_session_id is None:
             if c.new_session_id in self._sessions:
                 raise LocalProtocolError(f"session id {c.new_session_id} minted twice")
@@ -183,7 +228,8 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
                 raise invalid_request(f"unknown session id {p.resume_session_id}")
             if found.conn is not None:
                 raise RpcError(
-                    SESSION_ATTACHED, f"session {p.resume_session_id} is already attached"
+                    SESSION_ATTACHED,
+                    f"session {p.resume_session_id} is already attached to another connection",
                 )
             session = found
             self._timers.cancel(("expire", session.session_id))

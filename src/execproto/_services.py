@@ -1,90 +1,139 @@
 """``environment/info``, ``fs/*`` and ``http/request``: validated here, run by the adapter.
 
-The core checks every parameter and keeps the per-connection bookkeeping (open fs handles, live
-response streams); the blocking work comes back as `FsCompleted` and the ``Http*`` events.
+Each method has a parser (params -> request, raising the reference's errors) and a runner that
+keeps the per-connection bookkeeping (open fs handles, live response streams) and emits `RunFs`
+or `RunHttp`. The blocking work comes back as `FsCompleted` and the ``Http*`` events.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
 from ._actions import CancelHttp, FsRequest, HttpRequest, RunFs, RunHttp, Send
+from ._b64 import decode, decode_or_raise
 from ._errors import NOT_FOUND, LocalProtocolError, RpcError, internal_error, invalid_params
+from ._errors import invalid_request
 from ._events import FsCompleted, HttpBodyReceived, HttpFinished, HttpResponded
 from ._jsonrpc import Id, encode_notification
-from ._params import Fields, nonempty_id
+from ._params import Fields, wrong_type
+from ._paths import path_from_uri
 from ._session import Connection, Session
 from ._state import CoreState
 
 MAX_BLOCK = 1 << 20
+# RFC 9110 token characters: what an HTTP method may be made of.
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
-def _path(f: Fields) -> dict[str, Any]:
-    return {"path": f.uri("path")}
+def _uri(fields: Fields, name: str) -> str:
+    return path_from_uri(fields.text(name))
 
 
-def _write_file(f: Fields) -> dict[str, Any]:
-    return {"path": f.uri("path"), "data": f.base64("dataBase64")}
-
-
-def _create_directory(f: Fields) -> dict[str, Any]:
-    return {"path": f.uri("path"), "recursive": f.flag("recursive", True)}
-
-
-def _remove(f: Fields) -> dict[str, Any]:
-    return {
-        "path": f.uri("path"),
-        "recursive": f.flag("recursive", True),
-        "force": f.flag("force", True),
-    }
-
-
-def _copy(f: Fields) -> dict[str, Any]:
-    return {
-        "source": f.uri("sourcePath"),
-        "destination": f.uri("destinationPath"),
-        "recursive": f.flag("recursive", False),
-    }
-
-
-def _read_block(f: Fields) -> dict[str, Any]:
-    length = f.uint("len")
-    if not 1 <= length <= MAX_BLOCK:
-        raise invalid_params(f"invalid params: `len` must be between 1 and {MAX_BLOCK}")
-    return {"handleId": f.text("handleId"), "offset": f.uint("offset"), "len": length}
-
-
-# Methods whose params need nothing from the connection: method -> params parser.
-_FS_PARSERS: dict[str, Callable[[Fields], dict[str, Any]]] = {
-    "fs/readFile": _path,
-    "fs/writeFile": _write_file,
-    "fs/createDirectory": _create_directory,
-    "fs/getMetadata": _path,
-    "fs/canonicalize": _path,
-    "fs/readDirectory": _path,
-    "fs/remove": _remove,
-    "fs/copy": _copy,
-    "fs/readBlock": _read_block,
-}
+def parse_fs(method: str, raw: Any) -> FsRequest:
+    """Validate the params of any ``fs/*`` method into the request the adapter runs."""
+    f = Fields(raw, "FsParams")
+    if method in ("fs/readFile", "fs/getMetadata", "fs/canonicalize", "fs/readDirectory"):
+        params: dict[str, Any] = {"path": _uri(f, "path")}
+    elif method == "fs/writeFile":
+        params = {"path": _uri(f, "path")}
+        params["data"] = decode_or_raise(
+            f.text("dataBase64"),
+            lambda why: invalid_request(f"fs/writeFile requires valid base64 dataBase64: {why}"),
+        )
+    elif method == "fs/createDirectory":
+        params = {"path": _uri(f, "path"), "recursive": f.flag("recursive", True)}
+    elif method == "fs/remove":
+        params = {
+            "path": _uri(f, "path"),
+            "recursive": f.flag("recursive", True),
+            "force": f.flag("force", True),
+        }
+    elif method == "fs/copy":
+        params = {
+            "source": _uri(f, "sourcePath"),
+            "destination": _uri(f, "destinationPath"),
+            "recursive": f.flag("recursive"),
+        }
+    elif method == "fs/open":
+        params = {"handleId": f.text("handleId"), "path": _uri(f, "path")}
+        if len(params["handleId"].encode("utf-8", "surrogatepass")) > 32:
+            raise invalid_request("file handle ID must not exceed 32 bytes")
+    elif method == "fs/readBlock":
+        params = {"handleId": f.text("handleId"), "offset": f.uint("offset"), "len": f.uint("len")}
+        if not 1 <= params["len"] <= MAX_BLOCK:
+            raise invalid_request(f"file read block length must be between 1 and {MAX_BLOCK}")
+    else:
+        assert method == "fs/close"
+        params = {"handleId": f.text("handleId")}
+    return FsRequest(method=method, params=params)
 
 
 def unknown_handle(handle_id: str) -> RpcError:
-    return RpcError(NOT_FOUND, f"unknown fs handle {handle_id}")
+    return RpcError(NOT_FOUND, f"unknown file handle `{handle_id}`")
+
+
+def _redirect(value: Any) -> str:
+    if isinstance(value, dict) and len(value) == 1:
+        (value,) = value
+    if not isinstance(value, str):
+        raise wrong_type(value, "string or map")
+    if value not in ("follow", "stop"):
+        raise invalid_params(f"unknown variant `{value}`, expected `follow` or `stop`")
+    return value
+
+
+def _headers(value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, list):
+        raise wrong_type(value, "a sequence")
+    out = []
+    for item in value:
+        header = Fields(item, "HttpHeader")
+        out.append((header.text("name"), header.text("value")))
+    return tuple(out)
+
+
+def parse_http(raw: Any) -> tuple[str, HttpRequest]:
+    """Validate ``http/request`` params into (requestId, request)."""
+    f = Fields(raw, "HttpRequestParams")
+    method = f.text("method")
+    url = f.text("url")
+    request_id = f.text("requestId")
+    headers = f.optional("headers", _headers) or ()
+    body = f.optional("bodyBase64", decode)
+    timeout_ms = f.opt_uint("timeoutMs")
+    redirect = f.optional("redirectPolicy", _redirect) or "follow"
+    stream = f.flag("streamResponse", False)
+    parts = urlsplit(url)
+    if not parts.scheme:
+        raise invalid_params("http/request url is invalid: relative URL without a base")
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise invalid_params(f"http/request url is invalid: unsupported URL `{url}`")
+    if not _TOKEN.match(method):
+        raise invalid_params("http/request method is invalid: invalid HTTP method")
+    request = HttpRequest(
+        method=method,
+        url=url,
+        headers=headers,
+        body=body,
+        timeout_ms=timeout_ms,
+        stream_response=stream,
+        follow_redirects=redirect == "follow",
+    )
+    return request_id, request
 
 
 class _Op:
     """A call the adapter is working on, and where its answer goes."""
 
-    __slots__ = ("conn", "id", "method", "params", "request_id", "streaming", "seq")
+    __slots__ = ("conn", "id", "request", "request_id", "streaming", "seq")
 
-    def __init__(self, conn: int, msg_id: Id, method: str, params: dict[str, Any]) -> None:
+    def __init__(self, conn: int, msg_id: Id, request: FsRequest | None) -> None:
         self.conn = conn
         self.id: Id | None = msg_id  # None once answered
-        self.method = method
-        self.params = params
+        self.request = request  # None for http
         self.request_id = ""
         self.streaming = False  # an http response whose body comes as notifications
         self.seq = 0
@@ -95,95 +144,79 @@ class ServiceHandlers(CoreState):
         super().__init__(*args, **kwargs)
         self._ops: dict[int, _Op] = {}
 
-    def _environment_info(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
+    def _environment_info(self, c: Connection, session: Session, msg_id: Id, _: None) -> None:
         self._respond(c.conn, msg_id, self.host.environment_info)
 
-    def _fs_call(self, c: Connection, session: Session, msg_id: Id, raw: Any, method: str) -> None:
-        fields = Fields(raw)
-        params = _FS_PARSERS[method](fields)
-        if method == "fs/readBlock" and params["handleId"] not in c.fs_handles:
-            raise unknown_handle(params["handleId"])
-        self._run_fs(c, msg_id, method, params)
+    # -- fs -------------------------------------------------------------------------------------
 
-    def _fs_open(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
-        fields = Fields(raw)
-        handle_id = nonempty_id(fields, "handleId")
-        if len(handle_id.encode("utf-8", "surrogatepass")) > self.config.max_handle_id_bytes:
-            raise invalid_params(
-                f"invalid params: `handleId` must be at most {self.config.max_handle_id_bytes} bytes"
-            )
-        path = fields.uri("path")
-        if handle_id in c.fs_handles:
-            raise invalid_params(f"invalid params: fs handle {handle_id} is already open")
-        if len(c.fs_handles) >= self.config.max_fs_handles:
-            raise invalid_params(
-                f"invalid params: at most {self.config.max_fs_handles} fs handles may be open"
-            )
-        # Reserved now, so the limit counts opens still in flight; released if the open fails.
-        c.fs_handles.add(handle_id)
-        self._run_fs(c, msg_id, "fs/open", {"handleId": handle_id, "path": path})
-
-    def _fs_close(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
-        handle_id = Fields(raw).text("handleId")
-        if handle_id not in c.fs_handles:
+    def _fs_run(self, c: Connection, session: Session, msg_id: Id, request: FsRequest) -> None:
+        handle_id = request.params.get("handleId")
+        if request.method == "fs/open":
+            if handle_id in c.fs_handles:
+                raise invalid_request(f"file handle `{handle_id}` already exists")
+            if len(c.fs_handles) >= self.config.max_fs_handles:
+                raise invalid_request(
+                    f"too many open file handles: at most {self.config.max_fs_handles}"
+                )
+            # Reserved now, so the limit counts opens in flight; released if the open fails.
+            c.fs_handles.add(handle_id)
+        elif request.method == "fs/readBlock" and handle_id not in c.fs_handles:
             raise unknown_handle(handle_id)
-        c.fs_handles.discard(handle_id)
-        self._run_fs(c, msg_id, "fs/close", {"handleId": handle_id})
-
-    def _run_fs(self, c: Connection, msg_id: Id, method: str, params: dict[str, Any]) -> None:
+        elif request.method == "fs/close":
+            if handle_id not in c.fs_handles:
+                self._respond(c.conn, msg_id, {})  # closing twice is harmless, as in the reference
+                return
+            c.fs_handles.discard(handle_id)
         op = self._take_op()
-        self._ops[op] = _Op(c.conn, msg_id, method, params)
+        self._ops[op] = _Op(c.conn, msg_id, request)
         c.ops.add(op)
-        self._emit(RunFs(op=op, conn=c.conn, request=FsRequest(method=method, params=params)))
+        self._emit(RunFs(op=op, conn=c.conn, request=request))
 
     def _on_fs_completed(self, event: FsCompleted) -> None:
         entry = self._take_entry(event.op)
         if entry is None:
             return
+        if entry.request is None:
+            raise LocalProtocolError(f"op {event.op} is an http request, not an fs call")
         if event.error is not None:
-            if entry.method == "fs/open":
-                self._conns[entry.conn].fs_handles.discard(entry.params["handleId"])
+            if entry.request.method == "fs/open":
+                self._conns[entry.conn].fs_handles.discard(entry.request.params["handleId"])
             self._fail(entry.conn, entry.id, event.error)
         else:
             self._respond(entry.conn, entry.id, event.result if event.result is not None else {})
 
     # -- http -----------------------------------------------------------------------------------
 
-    def _http_request(self, c: Connection, session: Session, msg_id: Id, raw: Any) -> None:
-        f = Fields(raw)
-        request_id = nonempty_id(f, "requestId")
-        url = f.text("url")
-        if urlsplit(url).scheme.lower() not in ("http", "https") or not urlsplit(url).netloc:
-            raise invalid_params(f"invalid params: `url` must be an http or https URL, got {url!r}")
-        policy = f.opt_text("redirectPolicy") or "follow"
-        if policy not in ("follow", "stop"):
-            raise invalid_params("invalid params: `redirectPolicy` must be follow or stop")
-        stream = f.flag("streamResponse", False)
-        if stream and request_id in c.http_streams:
-            raise invalid_params(f"invalid params: http request {request_id} is already streaming")
-        request = HttpRequest(
-            method=f.text("method").upper(),
-            url=url,
-            headers=_headers(f.raw("headers")),
-            body=f.base64("bodyBase64", required=False),
-            timeout_ms=f.opt_uint("timeoutMs"),
-            stream_response=stream,
-            follow_redirects=policy == "follow",
-        )
+    def _http_run(
+        self, c: Connection, session: Session, msg_id: Id, parsed: tuple[str, HttpRequest]
+    ) -> None:
+        request_id, request = parsed
+        if request.stream_response and request_id in c.http_streams:
+            raise invalid_params(f"http/request requestId `{request_id}` is already streaming")
         op = self._take_op()
-        entry = _Op(c.conn, msg_id, "http/request", {})
+        entry = _Op(c.conn, msg_id, None)
         entry.request_id = request_id
-        entry.streaming = stream
+        entry.streaming = request.stream_response
         self._ops[op] = entry
         c.ops.add(op)
-        if stream:
+        if entry.streaming:
             c.http_streams[request_id] = op
         self._emit(RunHttp(op=op, request=request))
 
-    def _on_http_responded(self, event: HttpResponded) -> None:
-        entry = self._ops.get(event.op)
+    def _http_entry(self, op: int) -> _Op | None:
+        entry = self._ops.get(op)
         if entry is None:
-            return self._stale(event.op)
+            self._stale(op)
+        elif entry.request is not None:
+            raise LocalProtocolError(f"op {op} is an fs call, not an http request")
+        return entry
+
+    def _on_http_responded(self, event: HttpResponded) -> None:
+        entry = self._http_entry(event.op)
+        if entry is None:
+            return
+        if entry.id is None:
+            raise LocalProtocolError(f"http op {event.op} responded twice")
         result: dict[str, Any] = {
             "status": event.status,
             "headers": [{"name": name, "value": value} for name, value in event.headers],
@@ -195,17 +228,18 @@ class ServiceHandlers(CoreState):
             self._take_entry(event.op)
 
     def _on_http_body(self, event: HttpBodyReceived) -> None:
-        entry = self._ops.get(event.op)
+        entry = self._http_entry(event.op)
         if entry is None:
-            return self._stale(event.op)
+            return
         if not entry.streaming or entry.id is not None:
             raise LocalProtocolError(f"http op {event.op}: body without a streamed response")
         self._body_delta(entry, event.data, done=False, error=None)
 
     def _on_http_finished(self, event: HttpFinished) -> None:
-        entry = self._take_entry(event.op)
+        entry = self._http_entry(event.op)
         if entry is None:
             return
+        self._take_entry(event.op)
         if entry.id is not None:
             self._fail(entry.conn, entry.id, internal_error(f"http/request failed: {event.error}"))
         else:
@@ -220,7 +254,8 @@ class ServiceHandlers(CoreState):
             "done": done,
             "error": error,
         }
-        self._emit(Send(conn=entry.conn, data=encode_notification("http/request/bodyDelta", params)))
+        notification = encode_notification("http/request/bodyDelta", params)
+        self._emit(Send(conn=entry.conn, data=notification))
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
@@ -244,24 +279,7 @@ class ServiceHandlers(CoreState):
         """The connection closed: forget its calls and stop its response streams."""
         for op in sorted(c.ops):
             entry = self._ops.pop(op)
-            if entry.method == "http/request":
+            if entry.request is None:
                 self._emit(CancelHttp(op=op))
         c.ops.clear()
         c.http_streams.clear()
-
-
-def _headers(value: Any) -> tuple[tuple[str, str], ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise invalid_params("invalid params: `headers` must be an array of {name, value}")
-    out = []
-    for item in value:
-        if (
-            not isinstance(item, dict)
-            or not isinstance(item.get("name"), str)
-            or not isinstance(item.get("value"), str)
-        ):
-            raise invalid_params("invalid params: `headers` must be an array of {name, value}")
-        out.append((item["name"], item["value"]))
-    return tuple(out)

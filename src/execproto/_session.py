@@ -49,6 +49,8 @@ class Connection:
     __slots__ = (
         "conn",
         "new_session_id",
+        "label",
+        "closing",
         "handshake",
         "session",
         "blocked",
@@ -59,9 +61,12 @@ class Connection:
         "http_streams",
     )
 
-    def __init__(self, conn: int, new_session_id: str) -> None:
+    def __init__(self, conn: int, new_session_id: str, label: str) -> None:
         self.conn = conn
         self.new_session_id = new_session_id
+        self.label = label
+        # The core asked the adapter to close it (a protocol violation); ignore what follows.
+        self.closing = False
         self.handshake = Handshake.NEW
         self.session: Session | None = None
         # The adapter reported its send buffer full: output of this session's processes is paused.

@@ -77,7 +77,9 @@ def _header(config: Config, host: Host) -> dict[str, Any]:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    # Key order is kept, not sorted: dict order is data here (a Host.env feeds the order of a
+    # spawned environment, an fs result the order of its answer's fields).
+    return json.dumps(value, separators=(",", ":"))
 
 
 class Recorder:

@@ -29,7 +29,7 @@ def wrong_type(value: Any, expected: str) -> RpcError:
     return invalid_params(f"invalid type: {describe(value)}, expected {expected}")
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
     if not isinstance(value, str):
         raise wrong_type(value, "a string")
     return value
@@ -52,13 +52,13 @@ def _uint(value: Any) -> int:
 def _texts(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise wrong_type(value, "a sequence")
-    return tuple(_text(item) for item in value)
+    return tuple(text(item) for item in value)
 
 
 def _text_map(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise wrong_type(value, "a map")
-    return {key: _text(item) for key, item in value.items()}
+    return {key: text(item) for key, item in value.items()}
 
 
 class Fields:
@@ -81,10 +81,10 @@ class Fields:
         return None if value is None else convert(value)
 
     def text(self, name: str) -> str:
-        return self.required(name, _text)
+        return self.required(name, text)
 
     def opt_text(self, name: str) -> str | None:
-        return self.optional(name, _text)
+        return self.optional(name, text)
 
     def flag(self, name: str, default: bool | None = None) -> bool:
         if default is None:
@@ -103,9 +103,6 @@ class Fields:
 
     def text_map(self, name: str) -> dict[str, str]:
         return self.required(name, _text_map)
-
-    def raw(self, name: str) -> Any:
-        return self._params.get(name)
 
 
 @attrs.frozen(kw_only=True)
@@ -135,7 +132,7 @@ class StartParams:
 
 
 def _inherit(value: Any) -> str:
-    name = _text(value)
+    name = text(value)
     if name not in INHERIT_CHOICES:
         expected = ", ".join(f"`{choice}`" for choice in INHERIT_CHOICES)
         raise invalid_params(f"unknown variant `{name}`, expected one of {expected}")

@@ -22,7 +22,10 @@ class ForeignPath(Exception):
 
 def _parse(uri: str) -> str:
     """The native path of ``uri``; `RpcError` for a non-URI, `ForeignPath` for another host."""
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+    except ValueError as exc:  # e.g. an unbalanced "[" in the host
+        raise invalid_params(f"invalid URI: {exc}") from None
     if not parts.scheme:
         raise invalid_params("invalid URI: relative URL without a base")
     if parts.scheme.lower() != "file":

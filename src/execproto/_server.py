@@ -127,12 +127,15 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
         Raises `LocalProtocolError` if the event is impossible (an adapter bug); the core's
         state is then unspecified. A peer's mistakes never raise: they become actions.
         """
-        self._now = now
-        self._actions = []
         try:
             handler = self._event_handlers[type(event)]
         except KeyError:
-            raise LocalProtocolError(f"not an event: {event!r}") from None
+            raise LocalProtocolError(f"not an event: {type(event).__name__}") from None
+        self._now = now
+        self._actions = []
+        # Deadlines that passed come first, whatever the event: a message that arrives after a
+        # session's TTL must find the session expired even if the adapter has not ticked yet.
+        self._run_due_timers()
         handler(event)
         return self._actions
 
@@ -259,7 +262,10 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
     # -- time -----------------------------------------------------------------------------------
 
     def _on_tick(self, event: Tick) -> None:
-        for key in self._timers.pop_due(self._now):
+        """Nothing to do: `handle` has already run every deadline up to now."""
+
+    def _run_due_timers(self) -> None:
+        while (key := self._timers.pop_due(self._now)) is not None:
             assert isinstance(key, tuple)
             self._timer_handlers[key[0]](*key[1:])
 

@@ -18,14 +18,14 @@ from ._errors import NOT_FOUND, LocalProtocolError, RpcError, internal_error, in
 from ._errors import invalid_request
 from ._events import FsCompleted, HttpBodyReceived, HttpFinished, HttpResponded
 from ._jsonrpc import Id, encode_notification
-from ._params import Fields, wrong_type
+from ._params import Fields, text, wrong_type
 from ._paths import path_from_uri
 from ._session import Connection, Session
 from ._state import CoreState
 
 MAX_BLOCK = 1 << 20
 # RFC 9110 token characters: what an HTTP method may be made of.
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 def _uri(fields: Fields, name: str) -> str:
@@ -102,16 +102,20 @@ def parse_http(raw: Any) -> tuple[str, HttpRequest]:
     url = f.text("url")
     request_id = f.text("requestId")
     headers = f.optional("headers", _headers) or ()
-    body = f.optional("bodyBase64", decode)
+    body = f.optional("bodyBase64", lambda value: decode(text(value)))
     timeout_ms = f.opt_uint("timeoutMs")
     redirect = f.optional("redirectPolicy", _redirect) or "follow"
     stream = f.flag("streamResponse", False)
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError as exc:  # e.g. an unbalanced "[" in the host
+        raise invalid_params(f"http/request url is invalid: {exc}") from None
     if not parts.scheme:
         raise invalid_params("http/request url is invalid: relative URL without a base")
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+    if parts.scheme.lower() not in ("http", "https") or not hostname:
         raise invalid_params(f"http/request url is invalid: unsupported URL `{url}`")
-    if not _TOKEN.match(method):
+    if not _TOKEN.fullmatch(method):
         raise invalid_params("http/request method is invalid: invalid HTTP method")
     request = HttpRequest(
         method=method,

@@ -33,11 +33,15 @@ class Timers:
             heapq.heappop(heap)  # stale: cancelled or replaced
         return heap[0][0] if heap else None
 
-    def pop_due(self, now: float) -> list[Hashable]:
-        """Remove and return every key due at or before ``now``, earliest first."""
-        due: list[Hashable] = []
-        while (when := self.next_deadline()) is not None and when <= now:
-            _, _, key = heapq.heappop(self._heap)
-            del self._due[key]
-            due.append(key)
-        return due
+    def pop_due(self, now: float) -> Hashable | None:
+        """Remove and return the earliest key due at or before ``now``, if any.
+
+        One at a time, so that what the caller does for one deadline (cancelling another) is
+        seen before the next is popped.
+        """
+        when = self.next_deadline()
+        if when is None or when > now:
+            return None
+        _, _, key = heapq.heappop(self._heap)
+        del self._due[key]
+        return key

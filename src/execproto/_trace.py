@@ -91,6 +91,9 @@ class Recorder:
         sink(_dumps(_header(core.config, core.host)))
 
     def handle(self, event: Event, now: float) -> list[_actions.Action]:
+        if type(event) not in _events.EVENT_TYPES:
+            # Refused before recording: a trace holds only what a fresh core can be fed again.
+            raise LocalProtocolError(f"not an event: {type(event).__name__}")
         step: dict[str, Any] = {"t": now, "event": to_json(event)}
         try:
             actions = self.core.handle(event, now)

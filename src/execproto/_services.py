@@ -132,12 +132,13 @@ def parse_http(raw: Any) -> tuple[str, HttpRequest]:
 class _Op:
     """A call the adapter is working on, and where its answer goes."""
 
-    __slots__ = ("conn", "id", "request", "request_id", "streaming", "seq")
+    __slots__ = ("conn", "id", "request", "request_id", "answered", "streaming", "seq")
 
     def __init__(self, conn: int, msg_id: Id, request: FsRequest | None) -> None:
         self.conn = conn
-        self.id: Id | None = msg_id  # None once answered
+        self.id = msg_id
         self.request = request  # None for http
+        self.answered = False
         self.request_id = ""
         self.streaming = False  # an http response whose body comes as notifications
         self.seq = 0
@@ -219,7 +220,7 @@ class ServiceHandlers(CoreState):
         entry = self._http_entry(event.op)
         if entry is None:
             return
-        if entry.id is None:
+        if entry.answered:
             raise LocalProtocolError(f"http op {event.op} responded twice")
         result: dict[str, Any] = {
             "status": event.status,
@@ -227,7 +228,7 @@ class ServiceHandlers(CoreState):
             "bodyBase64": base64.b64encode(event.body).decode("ascii"),
         }
         self._respond(entry.conn, entry.id, result)
-        entry.id = None  # answered; only body events remain
+        entry.answered = True  # only body events remain
         if not entry.streaming:
             self._take_entry(event.op)
 
@@ -235,7 +236,7 @@ class ServiceHandlers(CoreState):
         entry = self._http_entry(event.op)
         if entry is None:
             return
-        if not entry.streaming or entry.id is not None:
+        if not entry.streaming or not entry.answered:
             raise LocalProtocolError(f"http op {event.op}: body without a streamed response")
         self._body_delta(entry, event.data, done=False, error=None)
 
@@ -244,7 +245,7 @@ class ServiceHandlers(CoreState):
         if entry is None:
             return
         self._take_entry(event.op)
-        if entry.id is not None:
+        if not entry.answered:
             self._fail(entry.conn, entry.id, internal_error(f"http/request failed: {event.error}"))
         else:
             self._body_delta(entry, b"", done=True, error=event.error)

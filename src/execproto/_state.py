@@ -39,13 +39,11 @@ class CoreState:
     def _emit(self, action: Action) -> None:
         self._actions.append(action)
 
-    def _respond(self, conn: int, msg_id: Id | None, result: Any) -> None:
-        if msg_id is not None:
-            self._actions.append(Send(conn=conn, data=encode_result(msg_id, result)))
+    def _respond(self, conn: int, msg_id: Id, result: Any) -> None:
+        self._actions.append(Send(conn=conn, data=encode_result(msg_id, result)))
 
-    def _fail(self, conn: int, msg_id: Id | None, error: RpcError) -> None:
-        if msg_id is not None:
-            self._actions.append(Send(conn=conn, data=encode_error(msg_id, error)))
+    def _fail(self, conn: int, msg_id: Id, error: RpcError) -> None:
+        self._actions.append(Send(conn=conn, data=encode_error(msg_id, error)))
 
     def _notify(self, session: Session, method: str, params: Any) -> None:
         if session.conn is not None:

@@ -20,7 +20,11 @@ class Chunk:
 
 
 class OutputLog:
-    """Chunks in a list with a moving head, so a reader's cursor is found by bisection."""
+    """Chunks in a list with a moving head, so a reader's cursor is found by bisection.
+
+    Chunks are kept as plain (seq, stream, data) tuples: this is the output hot path, and a
+    tuple costs a fraction of an object. Readers get `Chunk` objects.
+    """
 
     __slots__ = (
         "_max_bytes",
@@ -36,7 +40,7 @@ class OutputLog:
     def __init__(self, max_bytes: int, max_chunks: int) -> None:
         self._max_bytes = max_bytes
         self._max_chunks = max_chunks
-        self._chunks: list[Chunk] = []
+        self._chunks: list[tuple[int, str, bytes]] = []
         self._seqs: list[int] = []
         self._head = 0
         self.retained_bytes = 0
@@ -51,23 +55,28 @@ class OutputLog:
         return self._seqs[self._head] if self._head < len(self._seqs) else None
 
     def append(self, seq: int, stream: str, data: bytes) -> None:
-        self._chunks.append(Chunk(seq, stream, data))
+        chunks = self._chunks
+        chunks.append((seq, stream, data))
         self._seqs.append(seq)
         self.retained_bytes += len(data)
+        if self.retained_bytes <= self._max_bytes and len(chunks) - self._head <= self._max_chunks:
+            return
         # The newest chunk is always kept, even when it alone is over the byte bound: a chunk is
         # at most one adapter read, and dropping it whole would lose more than keeping it costs.
-        while len(self) > 1 and (
-            self.retained_bytes > self._max_bytes or len(self) > self._max_chunks
+        head = self._head
+        while len(chunks) - head > 1 and (
+            self.retained_bytes > self._max_bytes or len(chunks) - head > self._max_chunks
         ):
-            dropped = self._chunks[self._head]
-            self._head += 1
-            self.retained_bytes -= len(dropped.data)
-            self.dropped_bytes += len(dropped.data)
+            size = len(chunks[head][2])
+            head += 1
+            self.retained_bytes -= size
+            self.dropped_bytes += size
             self.dropped_chunks += 1
-        if self._head > 1024 and self._head * 2 > len(self._chunks):
-            del self._chunks[: self._head]
-            del self._seqs[: self._head]
-            self._head = 0
+        if head > 1024 and head * 2 > len(chunks):
+            del chunks[:head]
+            del self._seqs[:head]
+            head = 0
+        self._head = head
 
     def read(self, after_seq: int, max_bytes: int | None) -> tuple[list[Chunk], bool]:
         """Retained chunks with seq > after_seq, and whether max_bytes cut the list short.
@@ -75,16 +84,14 @@ class OutputLog:
         With max_bytes: at least one chunk, then only those that fit in it.
         """
         start = bisect_right(self._seqs, after_seq, self._head)
-        if max_bytes is None:
-            return self._chunks[start:], False
         out: list[Chunk] = []
         total = 0
         for index in range(start, len(self._chunks)):
-            chunk = self._chunks[index]
-            total += len(chunk.data)
-            if out and total > max_bytes:
+            seq, stream, data = self._chunks[index]
+            total += len(data)
+            if out and max_bytes is not None and total > max_bytes:
                 return out, True
-            out.append(chunk)
+            out.append(Chunk(seq, stream, data))
         return out, False
 
     def has_after(self, after_seq: int) -> bool:

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 
 class Phase(enum.Enum):
+    # Members are singletons, so identity hashing is exact, and it is C-level: the transition
+    # lookup runs once per output chunk, and Enum's own __hash__ is Python code.
+    __hash__ = object.__hash__
+
     STARTING = "starting"
     RUNNING = "running"
     EXITED = "exited"
@@ -37,6 +41,8 @@ class Phase(enum.Enum):
 
 
 class Input(enum.Enum):
+    __hash__ = object.__hash__  # see Phase
+
     SPAWNED = "spawned"
     OUTPUT = "output"
     STREAM_CLOSED = "stream closed"

@@ -119,6 +119,16 @@ class HttpFinished:
 
 
 @attrs.frozen(kw_only=True)
+class Shutdown:
+    """The server is stopping: close every connection and terminate every process.
+
+    Processes go through the usual terminate (TERM, KILL after the grace, abandoned pipes after
+    another), so each is still finalized exactly once; `ServerCore.idle` turns true when the
+    last one is. Connections opened after this are closed at once.
+    """
+
+
+@attrs.frozen(kw_only=True)
 class Tick:
     """A deadline from `ServerCore.next_deadline` may have passed. Harmless at any time."""
 
@@ -138,6 +148,7 @@ Event = (
     | HttpResponded
     | HttpBodyReceived
     | HttpFinished
+    | Shutdown
     | Tick
 )
 
@@ -156,5 +167,6 @@ EVENT_TYPES: tuple[type, ...] = (
     HttpResponded,
     HttpBodyReceived,
     HttpFinished,
+    Shutdown,
     Tick,
 )

@@ -36,6 +36,7 @@ from ._events import (
     ProcessSpawned,
     SendBlocked,
     SendDrained,
+    Shutdown,
     SpawnFailed,
     StreamClosed,
     Tick,
@@ -76,8 +77,9 @@ _FS_METHODS = (
     "fs/close",
 )
 
-# A WebSocket close code for a peer that broke the protocol (RFC 6455 "protocol error").
+# WebSocket close codes (RFC 6455): the peer broke the protocol; the server is going away.
 PROTOCOL_ERROR = 1002
+GOING_AWAY = 1001
 
 
 class ServerCore(ProcessHandlers, ServiceHandlers):
@@ -85,6 +87,7 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
 
     def __init__(self, config: Config | None = None, host: Host | None = None) -> None:
         super().__init__(config or Config(), host or Host())
+        self._shutting_down = False
         self._event_handlers: dict[type, Callable[[Any], None]] = {
             ConnectionOpened: self._on_connection_opened,
             MessageReceived: self._on_message,
@@ -100,6 +103,7 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
             HttpResponded: self._on_http_responded,
             HttpBodyReceived: self._on_http_body,
             HttpFinished: self._on_http_finished,
+            Shutdown: self._on_shutdown,
             Tick: self._on_tick,
         }
         self._methods: dict[str, Method] = {
@@ -143,12 +147,28 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
         """The earliest time a `Tick` is due, or None when nothing waits on time."""
         return self._timers.next_deadline()
 
+    @property
+    def idle(self) -> bool:
+        """No process is spawned or starting that has not been finalized."""
+        return not self._procs
+
     # -- connections and the handshake --------------------------------------------------------
 
     def _on_connection_opened(self, event: ConnectionOpened) -> None:
         if event.conn in self._conns:
             raise LocalProtocolError(f"connection {event.conn} is already open")
-        self._conns[event.conn] = Connection(event.conn, event.session_id, event.label)
+        c = Connection(event.conn, event.session_id, event.label)
+        self._conns[event.conn] = c
+        if self._shutting_down:
+            self._close_connection(c, "server shutting down", GOING_AWAY)
+
+    def _on_shutdown(self, event: Shutdown) -> None:
+        self._shutting_down = True
+        for c in list(self._conns.values()):
+            if not c.closing:
+                self._close_connection(c, "server shutting down", GOING_AWAY)
+        for process in list(self._procs.values()):
+            self._terminate(process)
 
     def _on_connection_closed(self, event: ConnectionClosed) -> None:
         c = self._connection(event.conn)
@@ -215,9 +235,9 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
         assert c.session is not None
         method.run(c, c.session, msg_id, params)
 
-    def _close_connection(self, c: Connection, reason: str) -> None:
+    def _close_connection(self, c: Connection, reason: str, code: int = PROTOCOL_ERROR) -> None:
         c.closing = True
-        self._emit(CloseConnection(conn=c.conn, code=PROTOCOL_ERROR, reason=reason))
+        self._emit(CloseConnection(conn=c.conn, code=code, reason=reason))
 
     def _initialize(self, c: Connection, msg_id: Id, p: _params.InitializeParams) -> None:
         if p.resume_session_id is None:

@@ -108,6 +108,10 @@ class Recorder:
     def next_deadline(self) -> float | None:
         return self.core.next_deadline()
 
+    @property
+    def idle(self) -> bool:
+        return self.core.idle
+
 
 @attrs.frozen(kw_only=True)
 class ReplayResult:

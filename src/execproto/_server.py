@@ -259,6 +259,8 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
         session.conn = c.conn
         c.session = session
         c.handshake = Handshake.INITIALIZING
+        if c.blocked:  # it filled up on early error answers: the session's output must wait
+            self._set_paused(session, True)
         self._respond(
             c.conn,
             msg_id,

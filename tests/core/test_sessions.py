@@ -488,6 +488,17 @@ def test_a_process_spawned_while_blocked_is_paused_at_once() -> None:
     assert h.feed(SendDrained(conn=1)) == [ResumeOutput(proc=spawn.proc)]
 
 
+def test_resuming_onto_a_blocked_connection_pauses_the_sessions_output() -> None:
+    h = ready()
+    proc = h.start(1, "p")
+    h.disconnect(1)
+    h.feed(ConnectionOpened(conn=2, session_id="session-2"))
+    h.request(2, "process/read", {"processId": "p"})  # before initialize: an error answer
+    h.feed(SendBlocked(conn=2))
+    h.handshake(2, resume="session-1")
+    assert h.of_type(PauseOutput) == [PauseOutput(proc=proc)]
+
+
 def test_a_process_spawned_after_drain_is_not_paused() -> None:
     h = ready()
     h.feed(SendBlocked(conn=1))

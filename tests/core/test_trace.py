@@ -38,6 +38,7 @@ from execproto import (
     Send,
     SendBlocked,
     SendDrained,
+    Shutdown,
     ServerCore,
     Signal,
     Spawn,
@@ -367,6 +368,7 @@ EVENT_SAMPLES: list[Any] = [
     HttpBodyReceived(op=13, data=b"delta"),
     HttpFinished(op=14),
     HttpFinished(op=14, error="reset"),
+    Shutdown(),
     Tick(),
 ]
 

@@ -1,0 +1,292 @@
+"""The part of every adapter that is not about its event loop: one owner of the core.
+
+Readers (sockets, pipes, pidfds) only turn I/O into events and `feed` them. Events are queued
+and handled one at a time, so carrying out an action never re-enters ``handle()``: an action
+that causes an event (a spawn reporting ``ProcessSpawned``) just queues it. The event loop itself
+is reached through the small `Loop` interface that each adapter implements.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from execproto import (
+    Action,
+    CancelHttp,
+    CloseConnection,
+    CloseStdin,
+    Event,
+    Finalize,
+    FsCompleted,
+    HttpFinished,
+    OutputReceived,
+    PauseOutput,
+    ProcessExited,
+    ProcessSpawned,
+    ResumeOutput,
+    RpcError,
+    RunFs,
+    RunHttp,
+    Send,
+    ServerCore,
+    Signal,
+    Spawn,
+    SpawnFailed,
+    StreamClosed,
+    Tick,
+    WriteStdin,
+)
+from execproto._trace import Recorder
+
+from . import _posix
+from ._ws import text_frame_header
+
+log = logging.getLogger("execproto")
+
+# Reads per wakeup: large, so a fast writer costs few events, yet bounded, so one busy process
+# cannot hold the loop (the pipe itself holds 1 MiB).
+READ_SIZE = 256 << 10
+
+NOT_YET = "is not available in this build of execproto yet"
+
+
+class Loop(Protocol):
+    """What the driver needs from an event loop. Every callback runs on the owner."""
+
+    def now(self) -> float: ...
+    def watch_read(self, fd: int, callback: Callable[[], None]) -> None: ...
+    def watch_write(self, fd: int, callback: Callable[[], None]) -> None: ...
+    def unwatch_read(self, fd: int) -> None: ...
+    def unwatch_write(self, fd: int) -> None: ...
+    def call_at(self, when: float, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run ``callback`` at ``when``; returns a function that cancels it."""
+        ...
+    def run_blocking(self, work: Callable[[], Any], done: Callable[[Any], None]) -> None:
+        """Run ``work`` off the loop; call ``done(result or exception)`` back on the owner."""
+        ...
+    def send(self, conn: int, header: bytes, data: bytes) -> None: ...
+    def close_connection(self, conn: int, code: int, reason: str) -> None: ...
+
+
+class Driver:
+    """Feeds events to the core and carries out its actions over a `Loop`."""
+
+    def __init__(self, core: ServerCore | Recorder, loop: Loop) -> None:
+        self.core = core
+        self.loop = loop
+        self._queue: deque[Event] = deque()
+        self._busy = False
+        self._children: dict[int, _posix.Child] = {}
+        self._paused: set[int] = set()
+        self._stdin_pending: dict[int, bytearray] = {}
+        self._stdin_closing: set[int] = set()
+        self._cancel_tick: Callable[[], None] | None = None
+        self._tick_at: float | None = None
+        self.on_idle: Callable[[], None] | None = None  # called after a drain leaves it idle
+        self._run: dict[type, Callable[[Any], None]] = {
+            Send: self._send,
+            CloseConnection: self._close_connection,
+            Spawn: self._spawn,
+            WriteStdin: self._write_stdin,
+            CloseStdin: self._close_stdin,
+            Signal: self._signal,
+            PauseOutput: self._pause,
+            ResumeOutput: self._resume,
+            Finalize: self._finalize,
+            RunFs: self._run_fs,
+            RunHttp: self._run_http,
+            CancelHttp: lambda action: None,
+        }
+
+    # -- the owner ------------------------------------------------------------------------------
+
+    def feed(self, event: Event) -> None:
+        self._queue.append(event)
+        if self._busy:
+            return  # the drain below is already running further up this stack
+        self._busy = True
+        try:
+            while self._queue:
+                actions = self.core.handle(self._queue.popleft(), self.loop.now())
+                for action in actions:
+                    self._run[type(action)](action)
+        finally:
+            self._busy = False
+        self._schedule_tick()
+        if self.on_idle is not None and self.core.idle:
+            self.on_idle()
+
+    def _schedule_tick(self) -> None:
+        when = self.core.next_deadline()
+        if when == self._tick_at:
+            return
+        if self._cancel_tick is not None:
+            self._cancel_tick()
+            self._cancel_tick = None
+        self._tick_at = when
+        if when is not None:
+            self._cancel_tick = self.loop.call_at(when, self._on_tick)
+
+    def _on_tick(self) -> None:
+        self._cancel_tick = None
+        self._tick_at = None
+        self.feed(Tick())
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def _send(self, action: Send) -> None:
+        self.loop.send(action.conn, text_frame_header(len(action.data)), action.data)
+
+    def _close_connection(self, action: CloseConnection) -> None:
+        self.loop.close_connection(action.conn, action.code, action.reason)
+
+    # -- processes ------------------------------------------------------------------------------
+
+    def _spawn(self, action: Spawn) -> None:
+        try:
+            child = _posix.spawn(action.spec)
+        except _posix.SpawnError as exc:
+            self.feed(SpawnFailed(proc=action.proc, error=str(exc), kind=exc.kind))
+            return
+        except OSError as exc:  # out of descriptors, memory...
+            self.feed(SpawnFailed(proc=action.proc, error=_posix.os_error_text(exc)))
+            return
+        self._children[action.proc] = child
+        self.feed(ProcessSpawned(proc=action.proc, pid=child.pid))
+        self.loop.watch_read(child.pidfd, lambda: self._on_exit(action.proc))
+        for stream in child.outputs:
+            self._watch_output(action.proc, stream)
+
+    def _watch_output(self, proc: int, stream: str) -> None:
+        fd = self._children[proc].outputs[stream]
+        self.loop.watch_read(fd, lambda: self._on_readable(proc, stream))
+
+    def _on_readable(self, proc: int, stream: str) -> None:
+        child = self._children.get(proc)
+        if child is None or stream not in child.outputs:
+            return
+        self._read_once(proc, child, stream)
+
+    def _read_once(self, proc: int, child: _posix.Child, stream: str) -> bool:
+        """One read; True if it got data (so the caller may read again)."""
+        fd = child.outputs[stream]
+        try:
+            data = os.read(fd, READ_SIZE)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            if exc.errno != errno.EIO:  # EIO: a terminal whose other side is gone, i.e. EOF
+                log.warning("reading %s of process %d: %s", stream, proc, exc)
+            data = b""
+        if data:
+            self.feed(OutputReceived(proc=proc, stream=stream, data=data))
+            return True
+        self.loop.unwatch_read(fd)
+        del child.outputs[stream]
+        _posix.close_quietly(fd)
+        self.feed(StreamClosed(proc=proc, stream=stream))
+        return False
+
+    def _on_exit(self, proc: int) -> None:
+        child = self._children.get(proc)
+        if child is None:
+            return
+        status = child.exit_status()
+        if status is None:
+            return
+        self.loop.unwatch_read(child.pidfd)
+        # What the child wrote before it exited is usually already in the pipes: take it first,
+        # so it is sequenced before the exit (a pipe holds at most PIPE_SIZE, so this ends).
+        if proc not in self._paused:
+            for stream in list(child.outputs):
+                budget = _posix.PIPE_SIZE
+                while budget > 0 and stream in child.outputs:
+                    if not self._read_once(proc, child, stream):
+                        break
+                    budget -= READ_SIZE
+        self.feed(ProcessExited(proc=proc, returncode=status))
+
+    def _signal(self, action: Signal) -> None:
+        self._children[action.proc].signal_group(action.signal)
+
+    def _pause(self, action: PauseOutput) -> None:
+        self._paused.add(action.proc)
+        for fd in self._children[action.proc].outputs.values():
+            self.loop.unwatch_read(fd)
+
+    def _resume(self, action: ResumeOutput) -> None:
+        self._paused.discard(action.proc)
+        for stream in self._children[action.proc].outputs:
+            self._watch_output(action.proc, stream)
+
+    def _write_stdin(self, action: WriteStdin) -> None:
+        child = self._children[action.proc]
+        if child.stdin is None:
+            return  # closed: the child closed its end, or it was closed on request
+        pending = self._stdin_pending.get(action.proc)
+        if pending is not None:
+            pending += action.data
+            return
+        self._stdin_pending[action.proc] = bytearray(action.data)
+        self._flush_stdin(action.proc)
+
+    def _flush_stdin(self, proc: int) -> None:
+        child = self._children.get(proc)
+        pending = self._stdin_pending.get(proc)
+        if child is None or child.stdin is None or pending is None:
+            return
+        try:
+            while pending:
+                written = os.write(child.stdin, pending)
+                del pending[:written]
+        except BlockingIOError:
+            self.loop.watch_write(child.stdin, lambda: self._flush_stdin(proc))
+            return
+        except OSError:  # EPIPE: the child closed its stdin; what is left cannot be delivered
+            pending.clear()
+            self._stdin_closing.add(proc)
+        self.loop.unwatch_write(child.stdin)
+        del self._stdin_pending[proc]
+        if proc in self._stdin_closing:
+            self._stdin_closing.discard(proc)
+            _posix.close_quietly(child.stdin)
+            child.stdin = None
+
+    def _close_stdin(self, action: CloseStdin) -> None:
+        self._stdin_closing.add(action.proc)
+        if action.proc not in self._stdin_pending:
+            self._stdin_pending[action.proc] = bytearray()
+            self._flush_stdin(action.proc)
+
+    def _finalize(self, action: Finalize) -> None:
+        child = self._children.pop(action.proc, None)
+        if child is None:
+            return  # a spawn that failed: nothing was started
+        self.loop.unwatch_read(child.pidfd)
+        for fd in child.outputs.values():
+            self.loop.unwatch_read(fd)
+        if child.stdin is not None:
+            self.loop.unwatch_write(child.stdin)
+        self._paused.discard(action.proc)
+        self._stdin_pending.pop(action.proc, None)
+        self._stdin_closing.discard(action.proc)
+        child.reap()
+
+    # -- services -------------------------------------------------------------------------------
+
+    def _run_fs(self, action: RunFs) -> None:
+        error = RpcError(-32603, f"{action.request.method} {NOT_YET}")
+        self.feed(FsCompleted(op=action.op, error=error))
+
+    def _run_http(self, action: RunHttp) -> None:
+        self.feed(HttpFinished(op=action.op, error=f"http/request {NOT_YET}"))
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def live_pids(self) -> list[int]:
+        return [child.pid for child in self._children.values()]

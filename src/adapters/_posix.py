@@ -1,0 +1,259 @@
+"""Processes on Linux, the way the core's lifecycle rules need them.
+
+- Each process leads its own session and process group, so a signal reaches its whole tree.
+- A parent-death signal (KILL) is set with util-linux ``setpriv``, which execs in place (the pid
+  is kept), so children die even if the server is SIGKILLed. Linux ties that signal to the
+  *thread* that forked, so `spawn` must be called from the adapter's long-lived owner thread.
+  ``preexec_fn`` could set it too, but it is unsafe in a process that has threads.
+- Exit is observed through a pidfd with ``waitid(WEXITED | WNOWAIT)``: the child stays a zombie,
+  so its pid and process group id cannot be reused until `Child.reap`, which the adapter calls on
+  the core's `Finalize`. Signals go to the group only before that, and the core sends none after
+  the exit.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import termios
+from collections.abc import Mapping
+
+from execproto import SpawnSpec
+
+# Output is read in large pieces: a bigger pipe means fewer wakeups and fewer, larger chunks.
+PIPE_SIZE = 1 << 20
+READ_SIZE = 1 << 20
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "KILL": signal.SIGKILL}
+
+_SETPRIV = shutil.which("setpriv")
+_SETSID = shutil.which("setsid")
+
+
+class SpawnError(Exception):
+    """The process could not be started. ``kind`` is the client's ``data.kind``."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def os_error_text(exc: OSError) -> str:
+    """An OS error as the reference words it: "No such file or directory (os error 2)"."""
+    return f"{os.strerror(exc.errno or 0)} (os error {exc.errno})"
+
+
+def _spawn_error(exc: OSError) -> SpawnError:
+    kind = {errno.ENOENT: "spawnNotFound", errno.EACCES: "spawnPermissionDenied"}.get(
+        exc.errno or 0, "spawnFailed"
+    )
+    return SpawnError(os_error_text(exc), kind)
+
+
+def resolve_program(program: str, env: Mapping[str, str], cwd: str) -> str:
+    """The executable ``program`` names, looked up on the child's PATH as execvp would.
+
+    Done here, before the exec, so a missing or unrunnable program is a clean spawn error
+    rather than an exit status from the wrapper that would have run it.
+    """
+    if "/" in program:
+        path = program if os.path.isabs(program) else os.path.join(cwd, program)
+        if not os.path.exists(path):
+            raise _spawn_error(OSError(errno.ENOENT, ""))
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise _spawn_error(OSError(errno.EACCES, ""))
+        return path
+    search = env.get("PATH", os.defpath)
+    found = shutil.which(program, path=search)
+    if found is None:
+        raise _spawn_error(OSError(errno.ENOENT, ""))
+    return found if os.path.isabs(found) else os.path.join(cwd, found)
+
+
+class Child:
+    """One spawned process: its pid, pidfd and the parent's ends of its stdio."""
+
+    __slots__ = ("pid", "pidfd", "outputs", "stdin", "reaped")
+
+    def __init__(self, pid: int, pidfd: int, outputs: dict[str, int], stdin: int | None) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self.outputs = outputs  # stream name -> non-blocking read end
+        self.stdin = stdin  # non-blocking write end, or None
+        self.reaped = False
+
+    def exit_status(self) -> int | None:
+        """The returncode (minus the signal number if killed), without reaping; None if running."""
+        try:
+            info = os.waitid(os.P_PIDFD, self.pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return None
+        if info is None or info.si_pid == 0:
+            return None
+        if info.si_code == os.CLD_EXITED:
+            return info.si_status
+        return -info.si_status
+
+    def signal_group(self, name: str) -> None:
+        """Signal the process group. Only valid before `reap` (the core guarantees it)."""
+        assert not self.reaped, "signal after reap"
+        try:
+            os.killpg(self.pid, SIGNALS[name])
+        except ProcessLookupError:
+            pass  # the group is empty but for the zombie leader: nothing left to signal
+
+    def reap(self) -> None:
+        """Collect the zombie and release every descriptor still open."""
+        if self.reaped:
+            return
+        self.reaped = True
+        try:
+            os.waitid(os.P_PIDFD, self.pidfd, os.WEXITED)
+        except ChildProcessError:
+            pass
+        for fd in [self.pidfd, self.stdin, *self.outputs.values()]:
+            if fd is not None:
+                close_quietly(fd)
+        self.outputs.clear()
+        self.stdin = None
+
+
+def close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _nonblocking(fd: int) -> int:
+    os.set_blocking(fd, False)
+    return fd
+
+
+def _pipe() -> tuple[int, int]:
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    try:
+        fcntl.fcntl(read_end, F_SETPIPE_SZ, PIPE_SIZE)
+    except OSError:
+        pass  # over the system's pipe-max-size: the default size still works
+    return read_end, write_end
+
+
+def _command(spec: SpawnSpec, program: str, wrappers: list[str]) -> tuple[list[str], str | None]:
+    """The argv to exec and the executable, with the wrappers (if any) in front.
+
+    Wrappers exec the client's argv as given, so argv[0] and the PATH lookup are what a direct
+    exec would do. An explicit arg0 needs the program exec'd under another name, which the
+    wrappers cannot do: then bash's ``exec -a`` does it, after them.
+    """
+    if not wrappers:
+        argv = [spec.arg0 if spec.arg0 is not None else spec.argv[0], *spec.argv[1:]]
+        return argv, program
+    if spec.arg0 is None:
+        return wrappers + list(spec.argv), None
+    rename = ["/bin/bash", "-c", 'exec -a "$0" "$@"', spec.arg0, program, *spec.argv[1:]]
+    return wrappers + rename, None
+
+
+def spawn(spec: SpawnSpec) -> Child:
+    """Start ``spec``. Raises `SpawnError` when it cannot be started."""
+    env = dict(spec.env)
+    if not os.path.isdir(spec.cwd):
+        missing = not os.path.exists(spec.cwd)
+        raise _spawn_error(OSError(errno.ENOENT if missing else errno.ENOTDIR, ""))
+    program = resolve_program(spec.argv[0], env, spec.cwd)
+    wrappers = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+    if spec.tty:
+        # `setsid --ctty` makes the terminal the session's controlling one, as a login would.
+        ctty = [_SETSID, "--ctty", "--"] if _SETSID else []
+        command, executable = _command(spec, program, wrappers + ctty)
+        return _spawn_tty(spec, env, command, executable, new_session=not ctty)
+    command, executable = _command(spec, program, wrappers)
+    ours: list[int] = []
+    theirs: list[int] = []
+    try:
+        if spec.pipe_stdin:
+            stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
+            ours.append(stdin_write)
+            theirs.append(stdin_read)
+            child_stdin: int = stdin_read
+        else:
+            child_stdin = subprocess.DEVNULL
+        out_read, out_write = _pipe()
+        err_read, err_write = _pipe()
+        ours += [out_read, err_read]
+        theirs += [out_write, err_write]
+        process = _popen(command, executable, env, spec.cwd, child_stdin, out_write, err_write)
+    except BaseException:
+        for fd in ours:
+            close_quietly(fd)
+        raise
+    finally:
+        for fd in theirs:
+            close_quietly(fd)
+    stdin = _nonblocking(ours[0]) if spec.pipe_stdin else None
+    outputs = {"stdout": _nonblocking(out_read), "stderr": _nonblocking(err_read)}
+    return _child(process, outputs, stdin)
+
+
+def _spawn_tty(
+    spec: SpawnSpec, env: dict[str, str], command: list[str], executable: str | None,
+    new_session: bool,
+) -> Child:
+    master, slave = os.openpty()
+    os.set_inheritable(master, False)
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, _WINSIZE_24x80)
+        process = _popen(command, executable, env, spec.cwd, slave, slave, slave, new_session)
+    except BaseException:
+        close_quietly(master)
+        raise
+    finally:
+        close_quietly(slave)
+    master = _nonblocking(master)
+    # One terminal serves both directions: output reads the master, stdin writes a duplicate,
+    # so each side can be closed on its own.
+    return _child(process, {"pty": master}, os.dup(master))
+
+
+# struct winsize {rows, cols, xpixel, ypixel}: 24 rows, 80 columns, as a plain terminal.
+_WINSIZE_24x80 = (24).to_bytes(2, "little") + (80).to_bytes(2, "little") + bytes(4)
+
+
+def _popen(
+    command: list[str],
+    executable: str | None,
+    env: dict[str, str],
+    cwd: str,
+    stdin: int,
+    stdout: int,
+    stderr: int,
+    new_session: bool = True,
+) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(
+            command,
+            executable=executable,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            cwd=cwd,
+            env=env,
+            close_fds=True,
+            start_new_session=new_session,
+        )
+    except OSError as exc:
+        raise _spawn_error(exc) from None
+
+
+def _child(process: subprocess.Popen[bytes], outputs: dict[str, int], stdin: int | None) -> Child:
+    # From here on the pidfd is the process's handle. The Popen object must never wait or poll,
+    # or it would reap the child behind the core's back: marking it collected keeps Popen's
+    # own clean-up (which polls abandoned children) away from it.
+    pidfd = os.pidfd_open(process.pid)
+    process.returncode = 0
+    return Child(process.pid, pidfd, outputs, stdin)

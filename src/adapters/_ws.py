@@ -1,0 +1,184 @@
+"""WebSocket server glue over wsproto, with no I/O: bytes in, messages and bytes out.
+
+The upgrade request is screened with h11 before wsproto sees it: ``GET /readyz`` answers 200,
+a browser (an ``Origin`` header) gets 403, a missing or wrong bearer token 401. Only then are the
+buffered bytes handed to wsproto. Outgoing text frames are built here directly: a server frame
+is a two-to-ten byte header and the payload unmasked, and building it ourselves means a large
+payload is never decoded to ``str`` and encoded back.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+import attrs
+import h11
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    Request,
+    TextMessage,
+)
+from wsproto.utilities import RemoteProtocolError
+
+MAX_MESSAGE = 64 << 20  # bytes in one message, after which the connection is closed with 1009
+MESSAGE_TOO_BIG = 1009
+
+
+def text_frame_header(length: int) -> bytes:
+    """The header of one unfragmented, unmasked text frame carrying ``length`` bytes."""
+    if length < 126:
+        return bytes((0x81, length))
+    if length < 1 << 16:
+        return bytes((0x81, 126)) + length.to_bytes(2, "big")
+    return bytes((0x81, 127)) + length.to_bytes(8, "big")
+
+
+@attrs.define
+class Received:
+    """What one `ServerSocket.receive` produced, to be acted on in this order."""
+
+    send: bytearray = attrs.field(factory=bytearray)  # bytes to write to the peer
+    opened: bool = False  # the upgrade was accepted: the connection is live
+    messages: list[bytes | str] = attrs.field(factory=list)
+    closed: bool = False  # the peer is done, or was refused: close once `send` is written
+
+
+def _response(status: int, reason: bytes, body: bytes) -> bytes:
+    conn = h11.Connection(h11.SERVER)
+    # h11 must see a request before it will write a response; give it a placeholder.
+    conn.receive_data(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    conn.next_event()
+    head = h11.Response(
+        status_code=status,
+        reason=reason,
+        headers=[
+            ("content-type", "text/plain"),
+            ("content-length", str(len(body))),
+            ("connection", "close"),
+        ],
+    )
+    return conn.send(head) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+
+
+class ServerSocket:
+    """One accepted connection, from the first byte of its HTTP request to the close."""
+
+    def __init__(self, token: str | None = None, max_message: int = MAX_MESSAGE) -> None:
+        self._token = token
+        self._max_message = max_message
+        self._http: h11.Connection | None = h11.Connection(h11.SERVER)
+        self._buffered = bytearray()  # the request's bytes, replayed to wsproto once screened
+        self._ws: WSConnection | None = None
+        self._parts: list[Any] = []
+        self._size = 0
+        self.closed = False
+
+    def receive(self, data: bytes) -> Received:
+        """Feed bytes from the peer (b"" for EOF)."""
+        out = Received()
+        if self.closed:
+            return out
+        if self._http is not None:
+            self._screen(data, out)
+        elif self._ws is not None:
+            self._frames(data, out)
+        return out
+
+    def close(self, code: int = 1000, reason: str = "") -> bytes:
+        """The close frame to send when the server ends the connection."""
+        if self._ws is None or self.closed:
+            self.closed = True
+            return b""
+        self.closed = True
+        try:
+            return self._ws.send(CloseConnection(code=code, reason=reason))
+        except Exception:  # already closing: nothing more to say
+            return b""
+
+    def ping(self) -> bytes:
+        return b"" if self._ws is None or self.closed else self._ws.send(Ping())
+
+    # -- the upgrade ----------------------------------------------------------------------------
+
+    def _screen(self, data: bytes, out: Received) -> None:
+        assert self._http is not None
+        self._buffered += data
+        try:
+            self._http.receive_data(data)
+            event = self._http.next_event()
+        except h11.RemoteProtocolError:
+            return self._refuse(out, 400, b"Bad Request", b"malformed request\n")
+        if event is h11.NEED_DATA:
+            if not data:
+                self.closed = out.closed = True
+            return None
+        if not isinstance(event, h11.Request):
+            return self._refuse(out, 400, b"Bad Request", b"malformed request\n")
+        headers = {name.lower(): value for name, value in event.headers}
+        if event.target.split(b"?")[0] == b"/readyz":
+            return self._refuse(out, 200, b"OK", b"ok\n")
+        if b"origin" in headers:
+            return self._refuse(out, 403, b"Forbidden", b"browser origins are refused\n")
+        if self._token is not None and not self._authorized(headers.get(b"authorization", b"")):
+            return self._refuse(out, 401, b"Unauthorized", b"missing or wrong bearer token\n")
+        self._http = None
+        self._ws = WSConnection(ConnectionType.SERVER)
+        buffered, self._buffered = bytes(self._buffered), bytearray()
+        self._frames(buffered, out)
+        return None
+
+    def _authorized(self, header: bytes) -> bool:
+        assert self._token is not None
+        expected = b"Bearer " + self._token.encode()
+        # Constant time, so the answer's timing says nothing about how much of a guess was right.
+        return hmac.compare_digest(header, expected)
+
+    def _refuse(self, out: Received, status: int, reason: bytes, body: bytes) -> None:
+        out.send += _response(status, reason, body)
+        self.closed = out.closed = True
+
+    # -- frames ---------------------------------------------------------------------------------
+
+    def _frames(self, data: bytes, out: Received) -> None:
+        ws = self._ws
+        assert ws is not None
+        try:
+            ws.receive_data(data or None)
+            for event in ws.events():
+                if isinstance(event, Request):
+                    out.send += ws.send(AcceptConnection())
+                    out.opened = True
+                elif isinstance(event, (TextMessage, BytesMessage)):
+                    self._collect(event, out)
+                elif isinstance(event, Ping):
+                    out.send += ws.send(event.response())
+                elif isinstance(event, CloseConnection):
+                    # Answer a close frame; a dropped TCP connection (1006) gets no answer.
+                    if ws.state is ConnectionState.REMOTE_CLOSING:
+                        out.send += ws.send(event.response())
+                    self.closed = out.closed = True
+                if self.closed:
+                    return
+        except RemoteProtocolError:
+            out.send += self.close(1002, "protocol error")
+            out.closed = True
+        if not data:
+            self.closed = out.closed = True
+
+    def _collect(self, event: TextMessage | BytesMessage, out: Received) -> None:
+        self._parts.append(event.data)
+        self._size += len(event.data)
+        if self._size > self._max_message:
+            out.send += self.close(MESSAGE_TOO_BIG, "message too big")
+            out.closed = True
+            return
+        if event.message_finished:
+            parts, self._parts, self._size = self._parts, [], 0
+            empty: bytes | str = "" if isinstance(event, TextMessage) else b""
+            out.messages.append(parts[0] if len(parts) == 1 else empty.join(parts))

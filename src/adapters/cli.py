@@ -1,0 +1,110 @@
+"""The ``execproto`` command: ``serve`` a server, ``replay`` a recorded trace."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from execproto import Config, replay
+
+from ._listen import Listen, ListenError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="execproto", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run an exec-server")
+    serve.add_argument("--listen", default="ws://127.0.0.1:0",
+                       help="ws://IP:PORT (port 0 picks one) or stdio; default %(default)s")
+    serve.add_argument("--adapter", choices=["asyncio"], default="asyncio")
+    serve.add_argument("--auth-token-file", type=Path,
+                       help="require 'Authorization: Bearer <token>' with the token in this file")
+    serve.add_argument("--session-ttl", type=float, default=Config().session_ttl,
+                       help="seconds a detached session may be resumed (default %(default)s)")
+    serve.add_argument("--retention-bytes", type=int, default=Config().retention_bytes,
+                       help="newest output bytes kept per process (default %(default)s)")
+    serve.add_argument("--kill-grace", type=float, default=Config().kill_grace,
+                       help="seconds between TERM and KILL on terminate (default %(default)s)")
+    serve.add_argument("--trace", type=Path, help="record a replayable trace to this file")
+    serve.add_argument("--log-level", default="INFO")
+
+    rerun = commands.add_parser("replay", help="replay a trace and report the first divergence")
+    rerun.add_argument("trace", type=Path)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        where = Listen.parse(args.listen)
+    except ListenError as exc:
+        print(f"execproto: {exc}", file=sys.stderr)
+        return 2
+    token = None
+    if args.auth_token_file is not None:
+        token = args.auth_token_file.read_text().strip()
+        if not token:
+            print(f"execproto: {args.auth_token_file} holds no token", file=sys.stderr)
+            return 2
+    if not where.loopback and token is None:
+        print(
+            f"execproto: refusing to listen on {args.listen} without --auth-token-file: "
+            "anyone who can reach it could run programs here",
+            file=sys.stderr,
+        )
+        return 2
+    for name in ("session_ttl", "kill_grace"):
+        if getattr(args, name) <= 0:
+            print(f"execproto: --{name.replace('_', '-')} must be positive", file=sys.stderr)
+            return 2
+    if args.retention_bytes <= 0:
+        print("execproto: --retention-bytes must be positive", file=sys.stderr)
+        return 2
+    config = Config(
+        session_ttl=args.session_ttl,
+        retention_bytes=args.retention_bytes,
+        kill_grace=args.kill_grace,
+    )
+
+    def ready(address: str) -> None:
+        if address != "stdio":
+            print(address, flush=True)  # the one line on stdout: the bound address
+        logging.getLogger("execproto").info("listening on %s", address)
+
+    from . import asyncio as adapter
+
+    trace_file = args.trace.open("w", buffering=1) if args.trace else None
+    try:
+        adapter.run(
+            args.listen,
+            config=config,
+            token=token,
+            trace=(lambda line: trace_file.write(line + "\n")) if trace_file else None,
+            ready=ready,
+        )
+    finally:
+        if trace_file is not None:
+            trace_file.close()
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    with args.trace.open() as lines:
+        result = replay(lines)
+    if result.ok:
+        print(f"ok: {result.steps} steps replayed identically")
+        return 0
+    print(f"diverged at step {result.step}:\n  expected {result.expected}\n  actual   {result.actual}")
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(args, "log_level", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return _serve(args) if args.command == "serve" else _replay(args)

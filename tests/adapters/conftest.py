@@ -1,0 +1,94 @@
+"""Real servers for the end-to-end tests: ``execproto serve`` in a subprocess, on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .wsclient import Client
+
+ADAPTERS = ["asyncio"]
+
+
+class Server:
+    def __init__(self, adapter: str, *args: str, env: dict[str, str] | None = None) -> None:
+        command = [sys.executable, "-m", "execproto.adapters", "serve",
+                   "--listen", "ws://127.0.0.1:0", "--adapter", adapter, *args]
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().strip()
+        assert self.url.startswith("ws://127.0.0.1:"), self.stop()
+
+    def client(self, handshake: bool = True, **options: object) -> Client:
+        client = Client(self.url, **options)  # type: ignore[arg-type]
+        if handshake:
+            reply = client.handshake()
+            assert "result" in reply, reply
+        return client
+
+    def stop(self, signum: int = signal.SIGTERM, timeout: float = 15) -> str:
+        """Stop the server; return what it logged."""
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        try:
+            _, err = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, err = self.process.communicate()
+            raise AssertionError(f"server did not stop in {timeout}s:\n{err}")
+        return err
+
+
+@pytest.fixture(params=ADAPTERS)
+def adapter(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def server(adapter: str) -> Iterator[Server]:
+    running = Server(adapter, "--kill-grace", "0.5", "--session-ttl", "3")
+    yield running
+    log = running.stop()
+    assert running.process.returncode == 0, log
+    assert "Traceback" not in log, log
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[Client]:
+    c = server.client()
+    yield c
+    c.close()
+
+
+def uri(path: str | Path) -> str:
+    from execproto import uri_from_path
+
+    return uri_from_path(str(path))
+
+
+def start(client: Client, process_id: str, argv: list[str], **extra: object) -> dict[str, object]:
+    params = {"processId": process_id, "argv": argv, "cwd": uri("/tmp"),
+              "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, "tty": False}
+    params.update(extra)
+    return client.call("process/start", params)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` names a live (not zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

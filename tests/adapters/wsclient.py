@@ -45,6 +45,7 @@ class Client:
         self._parts: list[Any] = []
         self.closed: Closed | None = None
         self.rejected: int | None = None
+        self.session_id = ""
         self._pending: list[Any] = []
         while True:
             event = self._next_event(timeout)
@@ -146,6 +147,7 @@ class Client:
             params["resumeSessionId"] = resume
         reply = self.call("initialize", params)
         if "result" in reply:
+            self.session_id = reply["result"]["sessionId"]
             self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
         return reply
 

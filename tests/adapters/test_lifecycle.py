@@ -189,17 +189,29 @@ def test_a_long_poll_does_not_delay_other_requests(client: Client) -> None:
     assert "result" in client.response(read_id)
 
 
+def settled(check: object, seconds: float = 2) -> bool:
+    """Whether ``check()`` comes true within ``seconds``.
+
+    `closed` is sent just before the server reaps the process and closes its descriptors, so
+    a client that has just seen it may look a moment too early.
+    """
+    deadline = time.monotonic() + seconds
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_no_zombie_or_descriptor_is_left_after_a_process(server: Server, client: Client) -> None:
+    pid = server.process.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children")
     start(client, "z", ["true"])
     client.events_until_closed("z")
-    # `closed` is sent just before the reap, so give the server a moment to carry it out.
-    children = f"/proc/{server.process.pid}/task/{server.process.pid}/children"
-    deadline = time.monotonic() + 2
-    while Path(children).read_text().split() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert Path(children).read_text().split() == []
-    fds_before = len(os.listdir(f"/proc/{server.process.pid}/fd"))
+    assert settled(lambda: children.read_text().split() == [])
+    fds_before = len(os.listdir(f"/proc/{pid}/fd"))
     for i in range(20):
         start(client, f"z{i}", ["true"])
         client.events_until_closed(f"z{i}")
-    assert len(os.listdir(f"/proc/{server.process.pid}/fd")) <= fds_before
+    assert settled(lambda: len(os.listdir(f"/proc/{pid}/fd")) <= fds_before)
+    assert settled(lambda: children.read_text().split() == [])

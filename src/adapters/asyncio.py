@@ -131,7 +131,8 @@ class _WsPeer(asyncio.Protocol, _Peer):
             self._transport.close()
 
     def _schedule_ping(self) -> None:
-        self._ping = asyncio.get_running_loop().call_later(PING_INTERVAL, self._send_ping)
+        interval = self._server.ping_interval
+        self._ping = asyncio.get_running_loop().call_later(interval, self._send_ping)
 
     def _send_ping(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
@@ -197,10 +198,13 @@ class _StdioPeer(_Peer):
 
 
 class _Server:
-    def __init__(self, core: ServerCore | Recorder, token: str | None) -> None:
+    def __init__(
+        self, core: ServerCore | Recorder, token: str | None, ping_interval: float
+    ) -> None:
         self.loop = _Loop(asyncio.get_running_loop())
         self.driver = Driver(core, self.loop)
         self.token = token
+        self.ping_interval = ping_interval
         self._conns = 0
 
     def next_conn(self) -> int:
@@ -223,6 +227,7 @@ async def serve(
     trace: Callable[[str], None] | None = None,
     ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
+    ping_interval: float = PING_INTERVAL,
 ) -> None:
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
 
@@ -235,7 +240,7 @@ async def serve(
     core: ServerCore | Recorder = ServerCore(config, this_host())
     if trace is not None:
         core = Recorder(core, trace)  # type: ignore[arg-type]
-    server = _Server(core, token)
+    server = _Server(core, token, ping_interval)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     if where.stdio:

@@ -28,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="newest output bytes kept per process (default %(default)s)")
     serve.add_argument("--kill-grace", type=float, default=Config().kill_grace,
                        help="seconds between TERM and KILL on terminate (default %(default)s)")
+    serve.add_argument("--ping-interval", type=float, default=30.0,
+                       help="seconds between websocket pings (default %(default)s)")
     serve.add_argument("--trace", type=Path, help="record a replayable trace to this file")
     serve.add_argument("--log-level", default="INFO")
 
@@ -55,7 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    for name in ("session_ttl", "kill_grace"):
+    for name in ("session_ttl", "kill_grace", "ping_interval"):
         if getattr(args, name) <= 0:
             print(f"execproto: --{name.replace('_', '-')} must be positive", file=sys.stderr)
             return 2
@@ -83,6 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
             token=token,
             trace=(lambda line: trace_file.write(line + "\n")) if trace_file else None,
             ready=ready,
+            ping_interval=args.ping_interval,
         )
     finally:
         if trace_file is not None:

@@ -92,3 +92,15 @@ def test_a_wrong_or_missing_token_is_refused_with_401(token_server: Server) -> N
     assert Client(token_server.url, headers=[("Authorization", "Bearer wrong")]).rejected == 401
     good = Client(token_server.url, headers=[("Authorization", "Bearer s3cret-token")])
     assert good.rejected is None and "result" in good.handshake()
+
+
+def test_the_server_pings_at_its_interval(adapter: str) -> None:
+    server = Server(adapter, "--ping-interval", "0.2")
+    try:
+        c = server.client()
+        with pytest.raises(TimeoutError):
+            c.recv(timeout=1.0)  # nothing to read but pings, which the client answers
+        assert c.pings >= 3
+        assert "result" in c.call("environment/info")  # and the connection is still good
+    finally:
+        server.stop()

@@ -47,6 +47,7 @@ class Client:
         self.rejected: int | None = None
         self.session_id = ""
         self._pending: list[Any] = []
+        self.pings = 0
         while True:
             event = self._next_event(timeout)
             if isinstance(event, AcceptConnection):
@@ -84,6 +85,7 @@ class Client:
                     parts, self._parts = self._parts, []
                     return parts[0] if len(parts) == 1 else type(parts[0])().join(parts)
             elif isinstance(event, Ping):
+                self.pings += 1
                 self.sock.sendall(self.ws.send(event.response()))
             elif isinstance(event, CloseConnection):
                 self.closed = Closed(event.code, event.reason)

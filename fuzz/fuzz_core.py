@@ -1,0 +1,1087 @@
+"""Fuzz targets for the sans-IO core (`ServerCore.handle`).
+
+Two targets, each a hypothesis test that pytest collects and that atheris can drive (see `main`):
+
+- `test_client_messages`: whatever a client sends (arbitrary bytes, arbitrary text, JSON-RPC
+  shapes with every method and wrongly typed, huge, deeply nested, badly encoded params), on a
+  connection before, during and after the handshake. Every event the *adapter* feeds here is
+  legal, so nothing at all may escape ``handle()``, not even `LocalProtocolError`.
+- `test_event_sequences`: arbitrary adapter events, possible and impossible (output for a handle
+  never issued, output after EOF, a second exit, a close of an unknown connection, ...).
+  ``handle()`` returns actions or raises `LocalProtocolError`; after that error the core's state is
+  unspecified, so the example stops there.
+
+Both check every action they get: a `Send` is UTF-8 JSON-RPC 2.0 (a response has an id and
+exactly one of result/error) addressed to an open connection; `Finalize` comes once per `Spawn`;
+`Signal` never targets a process whose exit was reported.
+
+Each example builds a fresh core (cheap next to generating the example), so examples are
+independent and a failure replays from hypothesis' printed example alone.
+
+Environment:
+- ``EXECPROTO_FUZZ_EXAMPLES``: examples per target (default 2000, a few seconds, for ``make
+  test``; ``make fuzz-long`` sets a million).
+- ``EXECPROTO_FUZZ_BATCH`` (10000): examples per hypothesis run. A bigger budget is split into
+  batches, each a fresh engine with its own seed, because one engine remembers every example it
+  tried (about 12 KB each: a million would not fit in memory).
+- ``EXECPROTO_FUZZ_WORKERS`` (all CPUs): processes running the batches.
+- ``EXECPROTO_FUZZ_SEED``: rerun one failed batch (the failure report prints the command).
+
+Under atheris (not a dependency): ``python fuzz/fuzz_core.py [libFuzzer flags]``. The first input
+byte picks the target; the rest feeds hypothesis' ``fuzz_one_input``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import multiprocessing
+import os
+import random
+import sys
+import traceback
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import hypothesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import execproto
+from execproto import (
+    Action,
+    CloseConnection,
+    ConnectionClosed,
+    ConnectionOpened,
+    Event,
+    Finalize,
+    FsCompleted,
+    HttpBodyReceived,
+    HttpFinished,
+    HttpResponded,
+    LocalProtocolError,
+    MessageReceived,
+    OutputReceived,
+    ProcessExited,
+    ProcessSpawned,
+    RpcError,
+    RunFs,
+    RunHttp,
+    Send,
+    SendBlocked,
+    SendDrained,
+    ServerCore,
+    Signal,
+    Spawn,
+    SpawnFailed,
+    StreamClosed,
+    Tick,
+)
+from execproto import Config, Host
+
+# Examples per target.
+EXAMPLES = int(os.environ.get("EXECPROTO_FUZZ_EXAMPLES", "2000"))
+# Examples per hypothesis run, and processes running them (see `fuzz`).
+BATCH = int(os.environ.get("EXECPROTO_FUZZ_BATCH", "10000"))
+WORKERS = int(os.environ.get("EXECPROTO_FUZZ_WORKERS", "0")) or os.cpu_count() or 1
+# Rerun one failed batch: its seed, as the failure report gives it (with EXECPROTO_FUZZ_EXAMPLES).
+SEED = os.environ.get("EXECPROTO_FUZZ_SEED")
+
+FUZZ_SETTINGS = settings(
+    max_examples=EXAMPLES,
+    database=None,
+    deadline=None,
+    # Generated inputs are large and slow-ish by design, and most client messages are invalid.
+    suppress_health_check=list(HealthCheck),
+    # No Phase.explain: it reruns a failure many times and adds nothing to a minimal repro.
+    phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+    print_blob=True,
+)
+
+# Every action type the core declares (the `Action` union), so a new one needs no edit here.
+ACTION_TYPES: tuple[type, ...] = typing.get_args(Action)
+
+# Not empty, so env policies that inherit actually run their glob matching.
+HOST = Host(
+    environment_info={"shell": {"name": "sh", "path": "/bin/sh"}, "cwd": "/tmp"},
+    env={"PATH": "/usr/bin", "HOME": "/root", "API_KEY": "k", "LANG": "C.UTF-8", "ÄÖ": "ß"},
+)
+CONFIG = Config(retention_bytes=64, retention_chunks=4, write_id_memory=4, max_fs_handles=2)
+
+
+# -- checking what comes out ------------------------------------------------------------------
+
+
+def _no_constant(name: str) -> Any:
+    raise AssertionError(f"non-JSON constant {name} in a sent message")
+
+
+def check_send(data: bytes) -> dict[str, Any]:
+    """``data`` is one UTF-8 JSON-RPC 2.0 message (strict: no NaN/Infinity); return it."""
+    assert isinstance(data, bytes), f"Send.data is {type(data).__name__}, not bytes"
+    text = data.decode("utf-8")  # strict: a surrogate in the output is a failure
+    message = json.loads(text, parse_constant=_no_constant)
+    assert isinstance(message, dict), message
+    assert message.get("jsonrpc") == "2.0", message
+    if "method" in message:
+        assert isinstance(message["method"], str), message
+        assert "id" not in message, f"the server sent a request: {message}"
+    else:
+        assert "id" in message, f"a response without an id: {message}"
+        msg_id = message["id"]
+        assert isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool), message
+        assert ("result" in message) != ("error" in message), message
+        if "error" in message:
+            error = message["error"]
+            assert isinstance(error, dict), message
+            assert isinstance(error.get("code"), int) and not isinstance(error["code"], bool)
+            assert isinstance(error.get("message"), str), message
+    return message
+
+
+class World:
+    """A fresh core plus what the adapter knows, checking each call's actions."""
+
+    __slots__ = (
+        "core",
+        "now",
+        "conns",
+        "ever_conns",
+        "spawned",
+        "procs",
+        "tty",
+        "ops",
+        "reported",
+        "exited",
+        "finalized",
+        "minted",
+    )
+
+    def __init__(self) -> None:
+        self.core = ServerCore(CONFIG, HOST)
+        self.now = 0.0
+        self.conns: set[int] = set()  # open connections
+        self.ever_conns: set[int] = set()
+        self.spawned: set[int] = set()  # procs the core asked to spawn
+        self.procs: list[int] = []  # the same, in order
+        self.tty: dict[int, bool] = {}
+        self.ops: list[int] = []  # ops of RunFs and RunHttp, in order
+        self.reported: set[int] = set()  # procs whose spawn was reported done
+        self.exited: set[int] = set()  # procs whose exit was reported
+        self.finalized: set[int] = set()
+        self.minted = 0
+
+    def mint(self) -> str:
+        self.minted += 1
+        return f"session-{self.minted}"
+
+    def feed(self, event: Event) -> list[Action]:
+        """One ``handle()`` call; any exception propagates to the caller."""
+        actions = self.core.handle(event, self.now)
+        # The event was accepted: update the adapter's view before judging the actions.
+        if isinstance(event, ConnectionOpened):
+            self.conns.add(event.conn)
+            self.ever_conns.add(event.conn)
+        elif isinstance(event, ConnectionClosed):
+            self.conns.discard(event.conn)
+        elif isinstance(event, ProcessSpawned):
+            self.reported.add(event.proc)
+        elif isinstance(event, ProcessExited):
+            self.exited.add(event.proc)
+        self.check(actions)
+        return actions
+
+    def tick_due(self) -> None:
+        """Tick while a deadline is due, as an adapter's loop does (bounded: timers set during a
+        Tick at a huge ``now`` may round to ``now`` itself and be due again)."""
+        for _ in range(10):
+            due = self.core.next_deadline()
+            if due is None or due > self.now:
+                return
+            self.feed(Tick())
+
+    def run_out_timers(self) -> None:
+        """Let time pass until nothing waits on it (or a bounded number of deadlines)."""
+        for _ in range(20):
+            due = self.core.next_deadline()
+            if due is None:
+                return
+            self.now = max(self.now, due)
+            self.feed(Tick())
+
+    def check(self, actions: list[Action]) -> None:
+        assert isinstance(actions, list), actions
+        for action in actions:
+            assert isinstance(action, ACTION_TYPES), f"not an action: {action!r}"
+            if isinstance(action, Send):
+                assert action.conn in self.conns, f"Send to closed connection: {action!r}"
+                check_send(action.data)
+            elif isinstance(action, CloseConnection):
+                assert action.conn in self.conns, f"closing a closed connection: {action!r}"
+            elif isinstance(action, Spawn):
+                assert action.proc not in self.spawned, f"handle reused: {action!r}"
+                self.spawned.add(action.proc)
+                self.procs.append(action.proc)
+                self.tty[action.proc] = action.spec.tty
+            elif isinstance(action, (RunFs, RunHttp)):
+                self.ops.append(action.op)
+            elif isinstance(action, Finalize):
+                assert action.proc in self.spawned, f"Finalize without Spawn: {action!r}"
+                assert action.proc not in self.finalized, f"Finalize twice: {action!r}"
+                self.finalized.add(action.proc)
+            elif isinstance(action, Signal):
+                proc = action.proc
+                assert proc in self.reported, f"Signal before the spawn was reported: {action!r}"
+                assert proc not in self.exited, f"Signal after the exit: {action!r}"
+                assert proc not in self.finalized, f"Signal after Finalize: {action!r}"
+
+
+def encode(message: Any) -> str:
+    return json.dumps(message)
+
+
+def request(msg_id: Any, method: str, params: Any = None) -> str:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return encode(message)
+
+
+INITIALIZED = encode({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+
+
+def _start(process_id: str, **extra: Any) -> dict[str, Any]:
+    params = {"processId": process_id, "argv": ["sh"], "cwd": "file:///tmp", "env": {}, "tty": False}
+    params.update(extra)
+    return params
+
+
+# -- target (a): client messages -------------------------------------------------------------
+
+# Stages the client connection can be in when the fuzzed messages arrive.
+NEW, INITIALIZING, READY = "new", "initializing", "ready"
+
+
+def client_world(stage: str) -> World:
+    """conn 1 at ``stage``. READY also has processes in every phase, an open fs handle, and
+    two other sessions: "session-old" (detached, resumable) and "session-busy" (attached)."""
+    w = World()
+    feed = w.feed
+    if stage == READY:
+        for conn, sid in ((8, "session-busy"), (9, "session-old")):
+            feed(ConnectionOpened(conn=conn, session_id=sid))
+            feed(MessageReceived(conn=conn, data=request(1, "initialize", {"clientName": "c"})))
+            feed(MessageReceived(conn=conn, data=INITIALIZED))
+        feed(ConnectionClosed(conn=9))
+    feed(ConnectionOpened(conn=1, session_id=w.mint()))
+    if stage == NEW:
+        return w
+    feed(MessageReceived(conn=1, data=request(1, "initialize", {"clientName": "fuzz"})))
+    if stage == INITIALIZING:
+        return w
+    feed(MessageReceived(conn=1, data=INITIALIZED))
+    # "p": running, stdin piped, some output; "t": tty, running; "x": exited, not closed;
+    # "c": closed (still readable); "s": spawn not yet reported.
+    spawn: dict[str, int] = {}
+    for pid, extra in (
+        ("p", {"pipeStdin": True}),
+        ("t", {"tty": True}),
+        ("x", {}),
+        ("c", {}),
+        ("s", {}),
+    ):
+        start = request(f"start-{pid}", "process/start", _start(pid, **extra))
+        for action in feed(MessageReceived(conn=1, data=start)):
+            if isinstance(action, Spawn):
+                spawn[pid] = action.proc
+    for pid in ("p", "t", "x", "c"):
+        feed(ProcessSpawned(proc=spawn[pid], pid=1000 + spawn[pid]))
+    for i in range(3):
+        feed(OutputReceived(proc=spawn["p"], stream="stdout", data=b"out %d\n" % i))
+    feed(OutputReceived(proc=spawn["t"], stream="pty", data=b"\x1b[0m$ "))
+    feed(ProcessExited(proc=spawn["x"], returncode=0))
+    feed(ProcessExited(proc=spawn["c"], returncode=-9))
+    feed(StreamClosed(proc=spawn["c"], stream="stdout"))
+    feed(StreamClosed(proc=spawn["c"], stream="stderr"))
+    fs_open = request("open", "fs/open", {"handleId": "h", "path": "file:///etc/hosts"})
+    for action in feed(MessageReceived(conn=1, data=fs_open)):
+        if isinstance(action, RunFs):
+            feed(FsCompleted(op=action.op, result={}))
+    return w
+
+
+KNOWN_METHODS = [
+    "initialize",
+    "initialized",
+    "process/start",
+    "process/read",
+    "process/write",
+    "process/signal",
+    "process/terminate",
+    "environment/info",
+    "fs/readFile",
+    "fs/writeFile",
+    "fs/createDirectory",
+    "fs/getMetadata",
+    "fs/canonicalize",
+    "fs/readDirectory",
+    "fs/remove",
+    "fs/copy",
+    "fs/open",
+    "fs/readBlock",
+    "fs/close",
+    "http/request",
+]
+# Whatever the core routes that the list above misses (a method added later gets fuzzed too).
+KNOWN_METHODS += sorted(set(getattr(ServerCore(), "_methods", {})) - set(KNOWN_METHODS))
+
+MAX_DIGITS = sys.get_int_max_str_digits() or 4300
+
+edge_ints = st.sampled_from(
+    [0, 1, -1, 2, 255, 2**31 - 1, 2**31, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63)]
+    + [10 ** (MAX_DIGITS - 1), -(10 ** (MAX_DIGITS - 1))]
+) | st.integers()
+
+# Any JSON value, including huge ints and floats that json.dumps writes as NaN/Infinity.
+json_leaf = (
+    st.none()
+    | st.booleans()
+    | edge_ints
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+
+# Field kind -> values a correct client sends (VALID), and values at or past the edge of what
+# the method accepts (TRICKY). A params object starts valid, then takes a few faults (`_fields`):
+# so well-formed calls reach the deep paths, and each malformed one isolates a validation path.
+text_map = st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=3)
+sessions = st.sampled_from(["session-old", "session-busy", "session-1", "session-2", "nope", ""])
+globs = st.lists(
+    st.sampled_from(["*", "?", "[", "[!", "[a-", "[z-a]", "*KEY*", "\\", "[]]", "P*", "l?ng"])
+    | st.text(max_size=6),
+    max_size=3,
+)
+valid_policy = st.fixed_dictionaries(
+    {
+        "inherit": st.sampled_from(["all", "core", "none"]),
+        "ignoreDefaultExcludes": st.booleans(),
+        "exclude": globs,
+        "set": text_map,
+        "includeOnly": globs,
+    }
+)
+
+VALID: dict[str, st.SearchStrategy[Any]] = {
+    "id": st.sampled_from(["p", "t", "x", "c", "s", "q", "h", "r"]),
+    "newid": st.sampled_from(["n", "m", "o", "p"]),  # mostly unused ids, for process/start
+    "text": st.text(max_size=12),
+    "uri": st.sampled_from(
+        ["file:///tmp", "file:///tmp/a%20b", "file://localhost/etc/hosts", "file:///", "file:///%ff"]
+    ),
+    "url": st.sampled_from(["http://127.0.0.1:1/", "https://example.com/a?b#c", "http://[::1]:80/"]),
+    "argv": st.lists(st.text(max_size=6), min_size=1, max_size=3),
+    "map": text_map,
+    "bool": st.booleans(),
+    "uint": st.sampled_from([0, 1, 5, 1000, 2**32]) | st.integers(0, 2**64 - 1),
+    "b64": st.binary(max_size=24).map(lambda b: base64.b64encode(b).decode()),
+    "headers": st.lists(
+        st.fixed_dictionaries({"name": st.text(max_size=6), "value": st.text(max_size=6)}), max_size=2
+    ),
+    "signal": st.just("interrupt"),
+    "session": sessions,
+    "redirect": st.sampled_from(["follow", "stop"]),
+    "policy": valid_policy,
+    "method": st.sampled_from(["GET", "POST", "PATCH"]),
+}
+TRICKY: dict[str, st.SearchStrategy[Any]] = {
+    "id": st.sampled_from(["", "P", " ", "\x00", "\ud800", "x" * 100]) | st.text(max_size=8),
+    "newid": st.sampled_from(["", "p", "\ud800"]) | st.text(max_size=8),
+    "text": st.sampled_from(["", "\ud800", "\x00", "é" * 40]),
+    "uri": st.sampled_from(
+        [
+            "FILE:///tmp",
+            "file://other/tmp",
+            "file:relative",
+            "file:///a%00b",
+            "file:///C:/x",
+            "file:///tmp?q=1",
+            "file:///tmp#frag",
+            "file://[",
+            "file://[::1]/x",
+            "file://a\uff03b/x",
+            "file://\u2100/x",
+            "file://host:99999/x",
+            "/tmp",
+            "http://example.com/",
+            "",
+        ]
+    )
+    | st.text(max_size=16).map(lambda s: "file://" + s),
+    "url": st.sampled_from(
+        [
+            "http://[::1",
+            "http://a\uff03b/",
+            "http://\u2100.com/",
+            "http://h:notaport/",
+            "http://h:99999/",
+            "http://",
+            "ftp://x/",
+            "relative",
+            "",
+        ]
+    )
+    | st.text(max_size=16).map(lambda s: "http://" + s),
+    "argv": st.sampled_from([[], [""], ["sh", 1], [None]]),
+    "map": st.sampled_from([{"A": 1}, {"A": None}, {"": ""}, {"A=B": "c", "\x00": "x"}, []]),
+    "bool": st.sampled_from([0, 1, "true", None]),
+    "uint": edge_ints | st.sampled_from([-1, -0.0, 1.5, 1e300, float("nan"), float("inf"), True]),
+    "b64": st.sampled_from(
+        ["=", "A", "AA=", "AAA", "!!!!", "QQ==\n", "QQ", "é===", "\x00AAA", "A" * 4097]
+    )
+    | st.text(max_size=8),
+    "headers": st.sampled_from([{}, [{"name": "a"}], [["a", "b"]], [{"name": 1, "value": "v"}]]),
+    "signal": st.sampled_from(["INT", "kill", "terminate", "", "Interrupt"]),
+    "session": st.text(max_size=8),
+    "redirect": st.sampled_from(["FOLLOW", "", "manual"]),
+    "policy": st.fixed_dictionaries(
+        {},
+        optional={
+            "inherit": st.sampled_from(["ALL", "", "some"]) | json_value,
+            "ignoreDefaultExcludes": json_value,
+            "exclude": globs | json_value,
+            "set": text_map | json_value,
+            "includeOnly": globs | json_value,
+        },
+    ),
+    "method": st.sampled_from(["", "X Y", "get", "G\u00e9T", "GET\r\n"]),
+}
+
+# method -> field -> kind; a "?" marks a field a valid call may leave out.
+SCHEMAS: dict[str, dict[str, str]] = {
+    "initialize": {"clientName": "text", "resumeSessionId": "session?"},
+    "initialized": {},
+    "process/start": {
+        "processId": "newid",
+        "argv": "argv",
+        "cwd": "uri",
+        "env": "map",
+        "tty": "bool",
+        "pipeStdin": "bool?",
+        "arg0": "text?",
+        "envPolicy": "policy?",
+    },
+    "process/read": {"processId": "id", "afterSeq": "uint?", "maxBytes": "uint?", "waitMs": "uint?"},
+    "process/write": {"processId": "id", "chunk": "b64", "writeId": "id", "closeStdin": "bool?"},
+    "process/signal": {"processId": "id", "signal": "signal"},
+    "process/terminate": {"processId": "id"},
+    "environment/info": {},
+    "fs/readFile": {"path": "uri"},
+    "fs/writeFile": {"path": "uri", "dataBase64": "b64"},
+    "fs/createDirectory": {"path": "uri", "recursive": "bool?"},
+    "fs/getMetadata": {"path": "uri"},
+    "fs/canonicalize": {"path": "uri"},
+    "fs/readDirectory": {"path": "uri"},
+    "fs/remove": {"path": "uri", "recursive": "bool?", "force": "bool?"},
+    "fs/copy": {"sourcePath": "uri", "destinationPath": "uri", "recursive": "bool"},
+    "fs/open": {"handleId": "id", "path": "uri"},
+    "fs/readBlock": {"handleId": "id", "offset": "uint", "len": "uint"},
+    "fs/close": {"handleId": "id"},
+    "http/request": {
+        "method": "method",
+        "url": "url",
+        "headers": "headers",
+        "bodyBase64": "b64?",
+        "timeoutMs": "uint?",
+        "requestId": "id",
+        "streamResponse": "bool?",
+        "redirectPolicy": "redirect?",
+    },
+}
+
+# Strategies are built once: a strategy made inside a draw is re-validated on every draw, which
+# costs more than the draw itself.
+_PICK = {n: st.integers(0, n) for n in (1, 2, 3, 4, 9, 14, 19)}
+_FAULTS = st.sampled_from([0, 0, 0, 1, 1, 1, 2, 3])
+_EXTRA_FIELDS = st.dictionaries(st.text(max_size=6), json_value, max_size=2)
+_MESSAGE_IDS = st.integers(-3, 10) | st.text(max_size=4)
+_METHODS = st.sampled_from(KNOWN_METHODS)
+_RESPONSE_KEYS = st.sampled_from(["result", "error"])
+
+
+def _fields(schema: dict[str, str]) -> st.SearchStrategy[dict[str, Any]]:
+    fields = [(name, kind.rstrip("?"), kind.endswith("?")) for name, kind in schema.items()]
+    which = st.sampled_from(fields) if fields else None
+
+    @st.composite
+    def params(draw: st.DrawFn) -> dict[str, Any]:
+        """A valid params object, then a few faults: a field dropped, junk, or a tricky value."""
+        out: dict[str, Any] = {}
+        for name, kind, optional in fields:
+            if not optional or draw(_PICK[1]):
+                out[name] = draw(VALID[kind])
+        if which is not None:
+            for _ in range(draw(_FAULTS)):
+                name, kind, _optional = draw(which)
+                how = draw(_PICK[3])
+                if how == 0:
+                    out.pop(name, None)
+                elif how == 1:
+                    out[name] = draw(json_value)
+                else:
+                    out[name] = draw(TRICKY[kind])
+        if draw(_PICK[14]) == 0:
+            out.update(draw(_EXTRA_FIELDS))
+        return out
+
+    return params()
+
+
+PARAMS = {method: _fields(SCHEMAS.get(method, {})) for method in KNOWN_METHODS}
+PARAMS[""] = _fields({})
+
+
+@st.composite
+def structured_message(draw: st.DrawFn) -> Any:
+    message: dict[str, Any] = {}
+    if draw(_PICK[4]):
+        message["jsonrpc"] = "2.0" if draw(_PICK[4]) else draw(json_value)
+    how_id = draw(_PICK[9])
+    if how_id <= 5:
+        message["id"] = draw(_MESSAGE_IDS)
+    elif how_id <= 7:
+        message["id"] = draw(json_value)
+    method_kind = draw(_PICK[19])
+    method = ""
+    if method_kind < 17:
+        method = draw(_METHODS)
+        message["method"] = method
+    elif method_kind < 19:
+        message["method"] = draw(json_value)
+    how_params = draw(_PICK[9])
+    if how_params <= 6:
+        message["params"] = draw(PARAMS[method])
+    elif how_params <= 8:
+        message["params"] = draw(json_value)
+    if draw(_PICK[14]) == 0:
+        message[draw(_RESPONSE_KEYS)] = draw(json_value)
+    return message
+
+
+# Hand-written frames: what JSON encoders never produce.
+RAW_FRAMES = [
+    b"",
+    b" ",
+    b"null",
+    b"[]",
+    b"[1]",
+    b'"initialize"',
+    b"1e400",
+    b"NaN",
+    b"{}",
+    b'{"id":1}',
+    b'{"id":1,"result":null}',
+    b'{"id":null,"method":"initialize"}',
+    b'{"id":true,"method":"initialize"}',
+    b'{"id":1.0,"method":"initialize"}',
+    b'{"id":1,"method":"initialize","params":{"clientName":"x"},"id":2}',
+    b'{"id":' + b"9" * (MAX_DIGITS + 1) + b',"method":"initialize"}',
+    b'{"id":1,"method":"process/read","params":{"processId":"p","afterSeq":'
+    + b"9" * (MAX_DIGITS + 1)
+    + b"}}",
+    b'{"id":1,"method":"process/read","params":{"processId":"p","afterSeq":1e999}}',
+    b'{"id":1,"method":"process/read","params":{"processId":"p","waitMs":-0}}',
+    b'{"id":"\\ud800","method":"nope"}',
+    b'{"id":"\xed\xa0\x80","method":"nope"}',
+    b'{"id":"\xff","method":"nope"}',
+    b'\xef\xbb\xbf{"id":1,"method":"environment/info"}',
+    '{"id":1,"method":"environment/info"}'.encode("utf-16"),
+    '{"id":1,"method":"environment/info"}'.encode("utf-32-le"),
+    b'{"id":1,"method":"environment/info"}\n{"id":2,"method":"environment/info"}',
+    b'{"id":1,"method":"process/write","params":{"processId":"p","writeId":"w","chunk":"\xc3\xa9==="}}',
+]
+
+
+_DEPTHS = st.sampled_from([10, 500, 990, 1000, 1500, 5000, 50_000])
+_WHERE = st.sampled_from(["whole", "params", "id", "argv", "env"])
+
+
+def deep(depth: int, open_: str, close: str, inner: str = "1") -> str:
+    return open_ * depth + inner + close * depth
+
+
+@st.composite
+def deep_frame(draw: st.DrawFn) -> str:
+    depth = draw(_DEPTHS)
+    nested = deep(depth, "[", "]") if draw(_PICK[1]) else deep(depth, '{"a":', "}")
+    where = draw(_WHERE)
+    if where == "whole":
+        return nested
+    if where == "params":
+        return '{"id":1,"method":"process/start","params":' + nested + "}"
+    if where == "id":
+        return '{"id":' + nested + ',"method":"initialize"}'
+    if where == "argv":
+        return '{"id":1,"method":"process/start","params":{"processId":"d","argv":' + nested + "}}"
+    return '{"id":1,"method":"initialize","params":{"clientName":"x","extra":' + nested + "}}"
+
+
+_RAW_BYTES = st.binary(max_size=48)
+_RAW_TEXT = st.text(max_size=48)
+_RAW_FRAMES = st.sampled_from(RAW_FRAMES)
+_DEEP = deep_frame()
+_STRUCTURED = structured_message()
+_POKES = st.sampled_from([b"", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00", b'"'])
+
+
+@st.composite
+def client_frame(draw: st.DrawFn) -> bytes | str:
+    """One frame as the adapter hands it over: bytes (binary frame) or str (text frame)."""
+    kind = draw(_PICK[19])
+    if kind == 0:
+        return draw(_RAW_BYTES)
+    if kind == 1:
+        return draw(_RAW_TEXT)
+    if kind == 2:
+        return draw(_RAW_FRAMES)
+    if kind == 3:
+        return draw(_DEEP)
+    if kind == 4:
+        return encode(draw(json_value))
+    message = draw(_STRUCTURED)
+    text = json.dumps(message, ensure_ascii=bool(draw(_PICK[1])))
+    form = draw(_PICK[9])
+    if form <= 3:
+        return text
+    # Bytes. Lone surrogates become invalid UTF-8 ("surrogatepass" encodes them raw).
+    data = text.encode("utf-8", "surrogatepass")
+    if form == 4 and data:
+        # A splice: cut, or poke an invalid byte in.
+        at = draw(st.integers(0, len(data)))  # depends on the data: cannot be prebuilt
+        data = data[:at] + draw(_POKES)
+        if draw(_PICK[1]):
+            data += text.encode("utf-8", "surrogatepass")[at:]
+    return data
+
+
+def client_messages(stage: str, frames: list[bytes | str]) -> None:
+    """Bad client input never raises out of ``handle()``: it only ever becomes actions."""
+    w = client_world(stage)
+    for frame in frames:
+        for action in w.feed(MessageReceived(conn=1, data=frame)):
+            # The adapter's side of the bargain, so started processes can be driven further.
+            if isinstance(action, Spawn):
+                w.feed(ProcessSpawned(proc=action.proc, pid=1000 + action.proc))
+    # Deadlines the client set (long-poll waits, kill graces, evictions) pass; it goes; the
+    # session's TTL passes.
+    w.run_out_timers()
+    w.feed(ConnectionClosed(conn=1))
+    w.run_out_timers()
+
+
+CLIENT_MESSAGES = {
+    "stage": st.sampled_from([READY, READY, NEW, INITIALIZING]),
+    "frames": st.lists(client_frame(), min_size=1, max_size=4),
+}
+
+
+# -- target (b): adapter event sequences ------------------------------------------------------
+#
+# A step names its handles symbolically: a small index resolved, when the step is fed, against
+# what the core has issued so far (open connections, procs from `Spawn`, ops from `RunFs` and
+# `RunHttp`). A few index values are reserved for handles that are wrong: never issued, closed,
+# a stream the process does not have. Drawn as concrete numbers instead, nearly every sequence
+# would end at its first step on a handle that was never issued, and never get deep.
+
+_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def make(cls: type, **fields: Any) -> Any:
+    """``cls(**fields)`` minus the optional fields ``cls`` does not have (the API moves)."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = frozenset(attrs.fields_dict(cls))
+    return cls(**{k: v for k, v in fields.items() if k in names})
+
+
+# 0-60: a handle the core issued (newest first); 61-63: a wrong one. Wrong ones must stay rare:
+# the first one ends the sequence.
+HANDLE = st.integers(0, 63)
+WRONG = 61
+STREAM = st.integers(0, 31)  # 0-29: one the process has; 30-31: one it does not
+STREAMS_PIPE = ("stdout", "stderr")
+STREAMS_TTY = ("pty",)
+
+
+class Skip(Exception):
+    """The step needs a handle of a kind none of which was issued yet: feed nothing."""
+
+
+def pick(issued: list[int], k: int, never: int) -> int:
+    if k >= WRONG:
+        return (never, 0, -1)[k % 3]
+    if not issued:
+        raise Skip
+    return issued[len(issued) - 1 - k % len(issued)]
+
+
+def pick_proc_in(w: World, k: int, state: str) -> int:
+    """Mostly a proc in ``state``: "live" (spawn reported, not finalized: it may still output),
+    "running" (live and its exit not reported), "starting" (spawn not reported); for k 57-60 any
+    proc issued, whatever its state (often an impossible event)."""
+    if k >= 57:
+        return pick_proc(w, k)
+    if state == "live":
+        chosen = [p for p in w.procs if p in w.reported and p not in w.finalized]
+    elif state == "running":
+        chosen = [p for p in w.procs if p in w.reported and p not in w.finalized | w.exited]
+    else:
+        chosen = [p for p in w.procs if p not in w.reported and p not in w.finalized]
+    if not chosen:
+        raise Skip
+    return chosen[len(chosen) - 1 - k % len(chosen)]
+
+
+def pick_conn(w: World, k: int) -> int:
+    return pick(sorted(w.conns), k, max(w.ever_conns, default=0) + 1)
+
+
+def pick_proc(w: World, k: int) -> int:
+    return pick(w.procs, k, len(w.procs) + 1)
+
+
+def pick_op(w: World, k: int) -> int:
+    return pick(w.ops, k, max(w.ops, default=0) + 1)
+
+
+def pick_stream(w: World, proc: int, k: int) -> str:
+    own = STREAMS_TTY if w.tty.get(proc) else STREAMS_PIPE
+    if k < 30:
+        return own[k % len(own)]
+    if k == 30:
+        return (STREAMS_PIPE if own is STREAMS_TTY else STREAMS_TTY)[0]
+    return "stdin"
+
+
+def _open(w: World, k: int) -> list[Event]:
+    # Mostly a fresh conn; 61: one that is open (impossible); 62: a closed one's number again.
+    if k == 61 and w.conns:
+        conn = min(w.conns)
+    elif k == 62 and w.ever_conns - w.conns:
+        conn = min(w.ever_conns - w.conns)
+    else:
+        conn = max(w.ever_conns, default=0) + 1
+    # 63: a session id minted twice (impossible once "session-1" exists).
+    return [ConnectionOpened(conn=conn, session_id=w.mint() if k != 63 else "session-1")]
+
+
+def _finish(w: World, k: int, returncode: int) -> list[Event]:
+    """The exit and then every EOF of a process: the common way to reach CLOSED."""
+    proc = pick_proc_in(w, k, "running")
+    out: list[Event] = [ProcessExited(proc=proc, returncode=returncode)]
+    for stream in STREAMS_TTY if w.tty.get(proc) else STREAMS_PIPE:
+        out.append(StreamClosed(proc=proc, stream=stream))
+    return out
+
+
+# Step kind -> how to turn its drawn arguments into events, given the world.
+RESOLVE: dict[str, Callable[..., list[Event]]] = {
+    "open": _open,
+    "message": lambda w, k, frame: [MessageReceived(conn=pick_conn(w, k), data=frame)],
+    "close": lambda w, k: [ConnectionClosed(conn=pick_conn(w, k))],
+    "blocked": lambda w, k: [SendBlocked(conn=pick_conn(w, k))],
+    "drained": lambda w, k: [SendDrained(conn=pick_conn(w, k))],
+    "spawned": lambda w, k: [ProcessSpawned(proc=pick_proc_in(w, k, "starting"), pid=4242)],
+    "spawn_failed": lambda w, k, kind: [
+        make(
+            SpawnFailed,
+            proc=pick_proc_in(w, k, "starting"),
+            error="No such file or directory (os error 2)",
+            kind=kind,
+            not_found=kind == "spawnNotFound",
+        )
+    ],
+    "output": lambda w, k, sk, data: [
+        OutputReceived(proc=(p := pick_proc_in(w, k, "live")), stream=pick_stream(w, p, sk), data=data)
+    ],
+    "eof": lambda w, k, sk: [
+        StreamClosed(proc=(p := pick_proc_in(w, k, "live")), stream=pick_stream(w, p, sk))
+    ],
+    "exit": lambda w, k, rc: [ProcessExited(proc=pick_proc_in(w, k, "running"), returncode=rc)],
+    "finish": _finish,
+    "fs_done": lambda w, k, result, error: [FsCompleted(op=pick_op(w, k), result=result, error=error)],
+    "http_responded": lambda w, k, status, headers, body: [
+        HttpResponded(op=pick_op(w, k), status=status, headers=headers, body=body)
+    ],
+    "http_body": lambda w, k, data: [HttpBodyReceived(op=pick_op(w, k), data=data)],
+    "http_finished": lambda w, k, error: [HttpFinished(op=pick_op(w, k), error=error)],
+    "tick": lambda w: [Tick()],
+}
+# The server stopping. Rare (k < 16 of 64), or few sequences would get deep before it.
+Shutdown: type | None = getattr(execproto, "Shutdown", None)
+
+
+def _shutdown(w: World, k: int) -> list[Event]:
+    assert Shutdown is not None
+    return [Shutdown()] if k < 16 else []
+
+
+if Shutdown is not None:
+    RESOLVE["shutdown"] = _shutdown
+
+returncodes = st.sampled_from(
+    [0, 1, 2, 127, 255, -2, -9, -15, -64, 2**31, -(2**31), 2**63]
+) | st.integers()
+# Past every deadline the core sets (kill grace 1 s, TTLs 30 s); 1e9 leaves float precision intact.
+delays = st.sampled_from([0.0, 0.0, 0.0, 0.001, 0.5, 1.0, 1.5, 30.0, 31.0, 1e9])
+
+_pids = st.sampled_from(["p", "q"])
+useful_requests = st.one_of(
+    st.fixed_dictionaries({"clientName": st.just("f")}, optional={"resumeSessionId": sessions}).map(
+        lambda p: request(7, "initialize", p)
+    ),
+    st.just(INITIALIZED),
+    st.builds(
+        lambda pid, tty, pipe: request(7, "process/start", _start(pid, tty=tty, pipeStdin=pipe)),
+        _pids,
+        st.booleans(),
+        st.booleans(),
+    ),
+    st.fixed_dictionaries(
+        {"processId": _pids},
+        optional={
+            "afterSeq": st.integers(0, 6),
+            "maxBytes": st.integers(0, 20),
+            "waitMs": st.sampled_from([0, 1, 1000, 40_000]),
+        },
+    ).map(lambda p: request(7, "process/read", p)),
+    st.fixed_dictionaries(
+        {
+            "processId": _pids,
+            "chunk": st.sampled_from(["", "aGk="]),
+            "writeId": st.sampled_from(["1", "2"]),
+        },
+        optional={"closeStdin": st.booleans()},
+    ).map(lambda p: request(7, "process/write", p)),
+    _pids.map(lambda pid: request(7, "process/signal", {"processId": pid, "signal": "interrupt"})),
+    _pids.map(lambda pid: request(7, "process/terminate", {"processId": pid})),
+    st.sampled_from(["h", "i"]).map(
+        lambda h: request(7, "fs/open", {"handleId": h, "path": "file:///x"})
+    ),
+    st.sampled_from(["h", "i"]).map(
+        lambda h: request(7, "fs/readBlock", {"handleId": h, "offset": 0, "len": 10})
+    ),
+    st.sampled_from(["h", "i"]).map(lambda h: request(7, "fs/close", {"handleId": h})),
+    st.just(request(7, "fs/readFile", {"path": "file:///x"})),
+    st.builds(
+        lambda rid, stream: request(
+            7,
+            "http/request",
+            {
+                "method": "GET",
+                "url": "http://127.0.0.1/",
+                "headers": [],
+                "requestId": rid,
+                "streamResponse": stream,
+            },
+        ),
+        st.sampled_from(["r", "s"]),
+        st.booleans(),
+    ),
+)
+# What a client sends in a sequence: mostly useful requests, sometimes anything at all.
+frames = useful_requests | useful_requests | client_frame()
+
+json_results = st.none() | st.dictionaries(
+    st.text(max_size=4), st.none() | st.booleans() | st.integers() | st.text(max_size=6), max_size=2
+)
+rpc_errors = st.none() | st.builds(
+    RpcError, st.integers(-33000, -32000), st.text(max_size=8), st.none() | st.just({"kind": "x"})
+)
+kinds = st.sampled_from(["spawnNotFound", "spawnPermissionDenied", "spawnFailed"])
+
+
+def _step(kind: str, *args: st.SearchStrategy[Any]) -> st.SearchStrategy[tuple[Any, ...]]:
+    return st.tuples(st.just(kind), *args)
+
+
+STEPS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
+    "open": _step("open", HANDLE),
+    "message": _step("message", HANDLE, frames),
+    "close": _step("close", HANDLE),
+    "blocked": _step("blocked", HANDLE),
+    "drained": _step("drained", HANDLE),
+    "spawned": _step("spawned", HANDLE),
+    "spawn_failed": _step("spawn_failed", HANDLE, kinds),
+    "output": _step("output", HANDLE, STREAM, st.binary(max_size=40)),
+    "eof": _step("eof", HANDLE, STREAM),
+    "exit": _step("exit", HANDLE, returncodes),
+    "finish": _step("finish", HANDLE, returncodes),
+    "fs_done": _step("fs_done", HANDLE, json_results, rpc_errors),
+    "http_responded": _step(
+        "http_responded",
+        HANDLE,
+        st.sampled_from([200, 404, 0, -1, 2**70]),
+        st.lists(st.tuples(st.text(max_size=4), st.text(max_size=4)), max_size=2).map(tuple),
+        st.binary(max_size=16),
+    ),
+    "http_body": _step("http_body", HANDLE, st.binary(max_size=16)),
+    "http_finished": _step("http_finished", HANDLE, st.none() | st.text(max_size=8)),
+    "tick": _step("tick"),
+}
+if Shutdown is not None:
+    STEPS["shutdown"] = _step("shutdown", HANDLE)
+# Client messages and process events are where the state is; weight them up.
+_WEIGHTS = {"message": 5, "spawned": 2, "output": 2, "finish": 2, "fs_done": 2, "http_responded": 2}
+any_step = st.one_of([STEPS[k] for k in STEPS for _ in range(_WEIGHTS.get(k, 1))])
+steps = st.lists(st.tuples(delays, any_step), min_size=1, max_size=40)
+
+
+def event_prelude(w: World, level: int) -> None:
+    """Level 1: conn 1 handshaken, "p" starting (proc 1). Level 2: also spawned, with output, a
+    long-poll read pending, and conn 2 handshaken. Short sequences then start deep."""
+    if level == 0:
+        return
+    w.feed(ConnectionOpened(conn=1, session_id=w.mint()))
+    w.feed(MessageReceived(conn=1, data=request(1, "initialize", {"clientName": "f"})))
+    w.feed(MessageReceived(conn=1, data=INITIALIZED))
+    w.feed(MessageReceived(conn=1, data=request(2, "process/start", _start("p", pipeStdin=True))))
+    if level == 1:
+        return
+    w.feed(ProcessSpawned(proc=1, pid=4242))
+    w.feed(OutputReceived(proc=1, stream="stdout", data=b"hello\n"))
+    read = {"processId": "p", "afterSeq": 1, "waitMs": 5000}
+    w.feed(MessageReceived(conn=1, data=request(3, "process/read", read)))
+    w.feed(ConnectionOpened(conn=2, session_id=w.mint()))
+    w.feed(MessageReceived(conn=2, data=request(1, "initialize", {"clientName": "g"})))
+    w.feed(MessageReceived(conn=2, data=INITIALIZED))
+
+
+def event_sequences(prelude: int, steps: list[tuple[float, tuple[Any, ...]]]) -> None:
+    """Any event sequence: actions, or `LocalProtocolError` (then the core is done with)."""
+    w = World()
+    fed: list[Event] = []
+    try:
+        event_prelude(w, prelude)
+        for delay, (kind, *args) in steps:
+            if delay:
+                w.now += delay
+                w.tick_due()  # as an adapter would: a deadline passed
+            try:
+                events = RESOLVE[kind](w, *args)
+            except Skip:
+                continue
+            for event in events:
+                fed.append(event)
+                w.feed(event)
+    except LocalProtocolError:
+        return  # the adapter's mistake, reported as such; the core is unusable now
+    except BaseException as exc:
+        exc.add_note("events fed after the prelude, the last one failing:")
+        for event in fed:
+            exc.add_note(f"    {event!r}")
+        raise
+
+
+# The deeper preludes first: sampled_from shrinks toward its first element.
+EVENT_SEQUENCES = {"prelude": st.sampled_from([2, 2, 1, 0]), "steps": steps}
+
+
+# -- running: pytest, long runs, atheris --------------------------------------------------------
+
+TARGETS: dict[str, tuple[Callable[..., None], dict[str, st.SearchStrategy[Any]]]] = {
+    "client_messages": (client_messages, CLIENT_MESSAGES),
+    "event_sequences": (event_sequences, EVENT_SEQUENCES),
+}
+
+
+def hypothesis_test(name: str, examples: int, seed: int | None = None) -> Callable[[], None]:
+    """Target ``name`` as a hypothesis test of ``examples`` examples."""
+    body, strategies = TARGETS[name]
+    # A fresh function object each time: hypothesis marks the one it decorates.
+    fresh = types.FunctionType(body.__code__, body.__globals__, body.__name__, body.__defaults__)
+    fresh.__doc__ = body.__doc__
+    test = given(**strategies)(settings(FUZZ_SETTINGS, max_examples=examples)(fresh))
+    return test if seed is None else hypothesis.seed(seed)(test)
+
+
+def _run_batch(job: tuple[str, int, int]) -> str | None:
+    """Run one batch in a worker; the failure report as text (exceptions may not pickle)."""
+    name, examples, seed = job
+    try:
+        hypothesis_test(name, examples, seed)()
+    except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
+        report = "".join(traceback.format_exception(exc))
+        rerun = f"EXECPROTO_FUZZ_SEED={seed} EXECPROTO_FUZZ_EXAMPLES={examples} pytest fuzz -k {name}"
+        return f"{name}: a batch failed; rerun it alone with\n    {rerun}\n\n{report}"
+    return None
+
+
+def fuzz(name: str) -> None:
+    """Run target ``name`` for EXAMPLES examples.
+
+    Up to BATCH examples it is one hypothesis run. Beyond, the budget is split into batches, each
+    a fresh hypothesis engine with its own seed: one engine remembers every example it tried
+    (about 12 KB each), so a million in one run would not fit in memory. Batches run on WORKERS
+    processes (forked; default: every CPU), and the first failure stops the rest.
+    """
+    if SEED is not None or EXAMPLES <= BATCH:
+        hypothesis_test(name, EXAMPLES, None if SEED is None else int(SEED))()
+        return
+    seeds = random.SystemRandom()
+    jobs = []
+    for start in range(0, EXAMPLES, BATCH):
+        jobs.append((name, min(BATCH, EXAMPLES - start), seeds.getrandbits(64)))
+    workers = min(WORKERS, len(jobs))
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        for job in jobs:
+            failure = _run_batch(job)
+            if failure is not None:
+                raise AssertionError(failure)
+        return
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        for failure in pool.imap_unordered(_run_batch, jobs):
+            if failure is not None:
+                pool.terminate()
+                raise AssertionError(failure)
+
+
+def test_client_messages() -> None:
+    fuzz("client_messages")
+
+
+def test_event_sequences() -> None:
+    fuzz("event_sequences")
+
+
+_ATHERIS_TESTS = [hypothesis_test(name, 1) for name in TARGETS]
+
+
+def one_input(data: bytes) -> None:
+    """libFuzzer entry point: the first byte picks the target, the rest drives hypothesis."""
+    if not data:
+        return
+    test = _ATHERIS_TESTS[data[0] % len(_ATHERIS_TESTS)]
+    test.hypothesis.fuzz_one_input(data[1:])  # type: ignore[attr-defined]
+
+
+def main() -> None:
+    try:
+        import atheris  # type: ignore[import-not-found,import-untyped,unused-ignore]  # optional
+    except ImportError:
+        raise SystemExit("atheris is not installed (pip install atheris); or run: pytest fuzz") from None
+
+    atheris.instrument_all()
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

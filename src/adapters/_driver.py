@@ -13,7 +13,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from execproto import (
     Action,
@@ -34,6 +34,7 @@ from execproto import (
     RunHttp,
     Send,
     ServerCore,
+    Shutdown,
     Signal,
     Spawn,
     SpawnFailed,
@@ -44,7 +45,9 @@ from execproto import (
 from execproto._trace import Recorder
 
 from . import _posix
-from ._ws import text_frame_header
+
+if TYPE_CHECKING:
+    from ._peer import Peer
 
 log = logging.getLogger("execproto")
 
@@ -69,8 +72,6 @@ class Loop(Protocol):
     def run_blocking(self, work: Callable[[], Any], done: Callable[[Any], None]) -> None:
         """Run ``work`` off the loop; call ``done(result or exception)`` back on the owner."""
         ...
-    def send(self, conn: int, header: bytes, data: bytes) -> None: ...
-    def close_connection(self, conn: int, code: int, reason: str) -> None: ...
 
 
 class Driver:
@@ -88,6 +89,8 @@ class Driver:
         self._cancel_tick: Callable[[], None] | None = None
         self._tick_at: float | None = None
         self.on_idle: Callable[[], None] | None = None  # called after a drain leaves it idle
+        self.peers: dict[int, Peer] = {}  # open connections, by the handle the core knows
+        self._conns = 0
         self._run: dict[type, Callable[[Any], None]] = {
             Send: self._send,
             CloseConnection: self._close_connection,
@@ -139,11 +142,19 @@ class Driver:
 
     # -- connections ----------------------------------------------------------------------------
 
+    def next_conn(self) -> int:
+        self._conns += 1
+        return self._conns
+
     def _send(self, action: Send) -> None:
-        self.loop.send(action.conn, text_frame_header(len(action.data)), action.data)
+        peer = self.peers.get(action.conn)
+        if peer is not None:
+            peer.send(action.data)
 
     def _close_connection(self, action: CloseConnection) -> None:
-        self.loop.close_connection(action.conn, action.code, action.reason)
+        peer = self.peers.get(action.conn)
+        if peer is not None:
+            peer.close(action.code, action.reason)
 
     # -- processes ------------------------------------------------------------------------------
 
@@ -287,6 +298,10 @@ class Driver:
         self.feed(HttpFinished(op=action.op, error=f"http/request {NOT_YET}"))
 
     # -- shutdown -------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop: close every connection, terminate every process; `on_idle` fires when done."""
+        self.feed(Shutdown())
 
     def live_pids(self) -> list[int]:
         return [child.pid for child in self._children.values()]

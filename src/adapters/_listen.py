@@ -22,6 +22,13 @@ class Listen:
     def loopback(self) -> bool:
         return self.stdio or ipaddress.ip_address(self.host).is_loopback
 
+    def describe(self, bound: tuple[str, int] | None) -> str:
+        """The address to announce: ``stdio``, or ``ws://IP:PORT`` as actually bound."""
+        if self.stdio or bound is None:
+            return "stdio"
+        host, port = bound[0], bound[1]
+        return f"ws://[{host}]:{port}" if ":" in host else f"ws://{host}:{port}"
+
     @classmethod
     def parse(cls, text: str) -> Listen:
         if text in ("stdio", "stdio://"):

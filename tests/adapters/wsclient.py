@@ -77,8 +77,9 @@ class Client:
         return self._pending.pop(0)
 
     def recv_raw(self, timeout: float = 10) -> str | bytes:
+        deadline = time.monotonic() + timeout  # pings answered on the way do not extend it
         while True:
-            event = self._next_event(timeout)
+            event = self._next_event(max(0.0, deadline - time.monotonic()))
             if isinstance(event, Message):
                 self._parts.append(event.data)
                 if event.message_finished:

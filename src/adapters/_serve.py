@@ -1,0 +1,20 @@
+"""What every adapter's ``serve`` does the same way: build the core, shut it down."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from execproto import Config, ServerCore
+from execproto._trace import Recorder
+
+from ._host import this_host
+
+PING_INTERVAL = 30.0
+
+
+def make_core(
+    config: Config | None, trace: Callable[[str], None] | None
+) -> ServerCore | Recorder:
+    """A core for this host, recording to ``trace`` (one JSON line per call) when given."""
+    core = ServerCore(config, this_host())
+    return core if trace is None else Recorder(core, trace)

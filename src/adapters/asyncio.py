@@ -135,7 +135,7 @@ async def serve(
     where = Listen.parse(listen)
     loop = asyncio.get_running_loop()
     driver = Driver(make_core(config, trace), _Loop(loop))
-    stop = stop or asyncio.Event()
+    stop = stop if stop is not None else asyncio.Event()
     if where.stdio:
         out_transport, out_protocol = await loop.connect_write_pipe(_StdoutProtocol, sys.stdout)
         out_transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from pathlib import Path
@@ -10,6 +11,9 @@ from pathlib import Path
 from execproto import Config, replay
 
 from ._listen import Listen, ListenError
+
+# --adapter name -> module (relative to this package) with a `run(listen, **options)`.
+ADAPTERS = {"asyncio": ".asyncio", "trio": ".trio", "threads": ".threaded"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -19,7 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run an exec-server")
     serve.add_argument("--listen", default="ws://127.0.0.1:0",
                        help="ws://IP:PORT (port 0 picks one) or stdio; default %(default)s")
-    serve.add_argument("--adapter", choices=["asyncio"], default="asyncio")
+    serve.add_argument("--adapter", choices=list(ADAPTERS), default="asyncio",
+                       help="the event loop to run on (default %(default)s)")
     serve.add_argument("--auth-token-file", type=Path,
                        help="require 'Authorization: Bearer <token>' with the token in this file")
     serve.add_argument("--session-ttl", type=float, default=Config().session_ttl,
@@ -75,8 +80,12 @@ def _serve(args: argparse.Namespace) -> int:
             print(address, flush=True)  # the one line on stdout: the bound address
         logging.getLogger("execproto").info("listening on %s", address)
 
-    from . import asyncio as adapter
-
+    try:
+        adapter = importlib.import_module(ADAPTERS[args.adapter], __package__)
+    except ImportError as exc:
+        print(f"execproto: the {args.adapter} adapter needs {exc.name}: "
+              f"pip install 'execproto[{args.adapter}]'", file=sys.stderr)
+        return 2
     trace_file = args.trace.open("w", buffering=1) if args.trace else None
     try:
         adapter.run(

@@ -13,7 +13,7 @@ import pytest
 
 from .wsclient import Client
 
-ADAPTERS = ["asyncio"]
+ADAPTERS = ["asyncio", "trio"]
 
 
 class Server:

@@ -1,0 +1,267 @@
+"""The trio adapter: the core driven from one trio run, over websockets or stdio.
+
+Embed it with `serve` (``await serve("ws://127.0.0.1:0", ready=print, stop=event)``) or run it
+with ``execproto serve --adapter trio``. trio has no reader callbacks, so each watched
+descriptor is a small task blocked in ``wait_readable``; all of them run on the one thread that
+owns the core.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from execproto import Config
+
+from ._driver import Driver
+from ._listen import Listen
+from ._peer import HIGH_WATER, LOW_WATER, Peer, StdioPeer, WsPeer
+from ._serve import PING_INTERVAL, make_core
+
+
+class _Loop:
+    """`_driver.Loop` over a trio nursery."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        self._readers: dict[int, trio.CancelScope] = {}
+        self._writers: dict[int, trio.CancelScope] = {}
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    def watch_read(self, fd: int, callback: Callable[[], None]) -> None:
+        self._watch(fd, callback, trio.lowlevel.wait_readable, self._readers)
+
+    def watch_write(self, fd: int, callback: Callable[[], None]) -> None:
+        self._watch(fd, callback, trio.lowlevel.wait_writable, self._writers)
+
+    def unwatch_read(self, fd: int) -> None:
+        self._unwatch(fd, self._readers)
+
+    def unwatch_write(self, fd: int) -> None:
+        self._unwatch(fd, self._writers)
+
+    def _watch(
+        self, fd: int, callback: Callable[[], None], wait: Any, scopes: dict[int, trio.CancelScope]
+    ) -> None:
+        if fd in scopes:
+            return
+        scope = scopes[fd] = trio.CancelScope()
+
+        async def watcher() -> None:
+            with scope:
+                while True:
+                    # Unwatched (and perhaps closed) before this task first ran, or while the
+                    # callback ran: never hand trio a descriptor that may be gone.
+                    if scope.cancel_called:
+                        return
+                    try:
+                        await wait(fd)
+                    except trio.ClosedResourceError:
+                        return  # unwatched (see below)
+                    if scope.cancel_called:
+                        return  # unwatched after the fd became ready, before we ran
+                    callback()
+
+        self._nursery.start_soon(watcher)
+
+    def _unwatch(self, fd: int, scopes: dict[int, trio.CancelScope]) -> None:
+        scope = scopes.pop(fd, None)
+        if scope is not None:
+            scope.cancel()
+            # Wake the waiter now: the caller may close the fd at once, and its number may be
+            # reused before the cancelled task would otherwise run.
+            trio.lowlevel.notify_closing(fd)
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Callable[[], None]:
+        scope = trio.CancelScope()
+
+        async def timer() -> None:
+            with scope:
+                await trio.sleep_until(when)
+                callback()
+
+        self._nursery.start_soon(timer)
+        return scope.cancel
+
+    def run_blocking(self, work: Callable[[], Any], done: Callable[[Any], None]) -> None:
+        async def task() -> None:
+            try:
+                result = await trio.to_thread.run_sync(work)
+            except Exception as exc:
+                result = exc
+            done(result)
+
+        self._nursery.start_soon(task)
+
+
+class _Connection:
+    """Moves one connection's bytes: a reader, a writer with a counted outbox, a pinger."""
+
+    def __init__(self, receive: Any, send: Any, close: Any) -> None:
+        self._receive = receive
+        self._send = send
+        self._close = close
+        self._outbox: list[bytes] = []
+        self._unsent = 0
+        self._blocked = False
+        self._closing = False
+        self._wake = trio.Event()
+        self.peer: Peer | None = None
+
+    def write(self, parts: Sequence[bytes]) -> None:
+        self._outbox.extend(parts)
+        self._unsent += sum(len(part) for part in parts)
+        self._wake.set()
+        if not self._blocked and self._unsent > HIGH_WATER and self.peer is not None:
+            self._blocked = True
+            self.peer.blocked()
+
+    def hang_up(self) -> None:
+        self._closing = True
+        self._wake.set()
+
+    async def _writer(self, done: trio.CancelScope) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                while self._outbox:
+                    data = b"".join(self._outbox)
+                    self._outbox.clear()
+                    await self._send(data)
+                    self._unsent -= len(data)
+                    if self._blocked and self._unsent < LOW_WATER and self.peer is not None:
+                        self._blocked = False
+                        self.peer.drained()
+                if self._closing:
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            done.cancel()
+
+    async def run(self, received: Callable[[bytes], None], pinger: Any = None) -> None:
+        assert self.peer is not None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer, nursery.cancel_scope)
+                if pinger is not None:
+                    nursery.start_soon(pinger)
+                try:
+                    while not self._closing:
+                        data = await self._receive(1 << 16)
+                        received(bytes(data))
+                        if not data:
+                            break
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+                if not self._closing:
+                    nursery.cancel_scope.cancel()  # the peer went away: nothing left to send
+        finally:
+            self.peer.lost()
+            with trio.CancelScope(shield=True):
+                await self._close()
+
+
+async def serve(
+    listen: str = "ws://127.0.0.1:0",
+    *,
+    config: Config | None = None,
+    token: str | None = None,
+    trace: Callable[[str], None] | None = None,
+    ready: Callable[[str], None] | None = None,
+    stop: trio.Event | None = None,
+    ping_interval: float = PING_INTERVAL,
+) -> None:
+    """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
+
+    ``ready`` gets the bound address (``ws://IP:PORT``, or ``stdio``) once clients can connect.
+    Every process the server started is terminated and finalized before this returns.
+    """
+    where = Listen.parse(listen)
+    stop = stop if stop is not None else trio.Event()
+    accepting = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        driver = Driver(make_core(config, trace), _Loop(nursery))
+
+        async def websocket(stream: trio.SocketStream) -> None:
+            host, port = stream.socket.getpeername()[:2]
+            conn = _Connection(stream.receive_some, stream.send_all, stream.aclose)
+            peer = WsPeer(driver, conn.write, conn.hang_up, token)
+            conn.peer = peer
+
+            async def pinger() -> None:
+                while True:
+                    await trio.sleep(ping_interval)
+                    peer.ping()
+
+            await conn.run(lambda data: peer.received(data, f"{host}:{port}"), pinger)
+
+        if where.stdio:
+            stdin = trio.lowlevel.FdStream(os.dup(0))
+            stdout = trio.lowlevel.FdStream(os.dup(1))
+
+            async def close_both() -> None:
+                await stdin.aclose()
+                await stdout.aclose()
+
+            conn = _Connection(stdin.receive_some, stdout.send_all, close_both)
+            stdio = StdioPeer(driver, conn.write, conn.hang_up)
+            conn.peer = stdio
+            stdio.opened("stdio")
+
+            async def stdio_session() -> None:
+                await conn.run(stdio.received)
+                stop.set()
+
+            nursery.start_soon(stdio_session)
+            address = "stdio"
+            listeners: list[trio.SocketListener] = []
+        else:
+            listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+            address = where.describe(listeners[0].socket.getsockname())
+
+            async def accept() -> None:
+                # Connections run in the outer nursery, so stopping the accepting leaves them
+                # up to hear the shutdown.
+                with accepting:
+                    await trio.serve_listeners(websocket, listeners, handler_nursery=nursery)
+
+            nursery.start_soon(accept)
+        if ready is not None:
+            ready(address)
+        await stop.wait()
+        accepting.cancel()
+        for listener in listeners:
+            await listener.aclose()
+        idle = trio.Event()
+        driver.on_idle = idle.set
+        driver.shutdown()
+        await idle.wait()
+        nursery.cancel_scope.cancel()
+
+
+def run(listen: str, **options: Any) -> None:
+    """Serve until SIGTERM or SIGINT (``execproto serve --adapter trio``)."""
+
+    async def main() -> None:
+        stop = trio.Event()
+
+        async def on_signals() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    stop.set()
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(on_signals)
+            await serve(listen, stop=stop, **options)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)

@@ -13,7 +13,7 @@ import pytest
 
 from .wsclient import Client
 
-ADAPTERS = ["asyncio", "trio"]
+ADAPTERS = ["asyncio", "trio", "threads"]
 
 
 class Server:

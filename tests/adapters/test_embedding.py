@@ -1,0 +1,41 @@
+"""The README's embedding examples, run as written: each must really serve, then stop cleanly."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import start
+from .wsclient import Client, output_of
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+EXAMPLES = dict(
+    re.findall(r"<!-- embed: (\w+) -->\n```python\n(.*?)```", README.read_text(), re.DOTALL)
+)
+
+
+def test_every_adapter_has_an_example() -> None:
+    assert sorted(EXAMPLES) == ["asyncio", "threads", "trio"]
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_the_example_serves_and_stops(name: str) -> None:
+    example = subprocess.Popen(
+        [sys.executable, "-c", EXAMPLES[name]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert example.stdout is not None
+    url = example.stdout.readline().strip()
+    assert url.startswith("ws://127.0.0.1:"), example.communicate(timeout=20)
+    client = Client(url)
+    assert "result" in client.handshake()
+    start(client, "hello", ["echo", "hello from " + name])
+    assert output_of(client.events_until_closed("hello")) == {"stdout": f"hello from {name}\n".encode()}
+    client.close()
+    _, err = example.communicate(timeout=30)
+    assert example.returncode == 0, err
+    assert "Traceback" not in err

@@ -45,6 +45,7 @@ from execproto import (
 from execproto._trace import Recorder
 
 from . import _posix
+from ._fs import Files
 
 if TYPE_CHECKING:
     from ._peer import Peer
@@ -77,9 +78,12 @@ class Loop(Protocol):
 class Driver:
     """Feeds events to the core and carries out its actions over a `Loop`."""
 
-    def __init__(self, core: ServerCore | Recorder, loop: Loop) -> None:
+    def __init__(
+        self, core: ServerCore | Recorder, loop: Loop, files: Files | None = None
+    ) -> None:
         self.core = core
         self.loop = loop
+        self.files = files or Files()
         self._queue: deque[Event] = deque()
         self._busy = False
         self._children: dict[int, _posix.Child] = {}
@@ -291,8 +295,14 @@ class Driver:
     # -- services -------------------------------------------------------------------------------
 
     def _run_fs(self, action: RunFs) -> None:
-        error = RpcError(-32603, f"{action.request.method} {NOT_YET}")
-        self.feed(FsCompleted(op=action.op, error=error))
+        def done(outcome: Any) -> None:
+            if isinstance(outcome, BaseException):  # a bug in the fs code: say so, keep serving
+                log.error("%s failed", action.request.method, exc_info=outcome)
+                outcome = (None, RpcError(-32603, f"{action.request.method} failed: {outcome}"))
+            result, error = outcome
+            self.feed(FsCompleted(op=action.op, result=result, error=error))
+
+        self.loop.run_blocking(lambda: self.files.run(action.conn, action.request), done)
 
     def _run_http(self, action: RunHttp) -> None:
         self.feed(HttpFinished(op=action.op, error=f"http/request {NOT_YET}"))

@@ -48,6 +48,7 @@ class Peer:
             self.open = False
             self.driver.peers.pop(self.conn, None)
             self.driver.feed(ConnectionClosed(conn=self.conn))
+            self.driver.files.close_connection(self.conn)  # its fs/open handles go with it
 
     def blocked(self) -> None:
         if self.open:

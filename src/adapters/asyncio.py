@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from execproto import Config
 
 from ._driver import Driver
+from ._fs import Files
 from ._listen import Listen
 from ._peer import HIGH_WATER, LOW_WATER, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
@@ -126,6 +127,7 @@ async def serve(
     ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
     ping_interval: float = PING_INTERVAL,
+    fs_roots: Sequence[str] = (),
 ) -> None:
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
 
@@ -134,7 +136,7 @@ async def serve(
     """
     where = Listen.parse(listen)
     loop = asyncio.get_running_loop()
-    driver = Driver(make_core(config, trace), _Loop(loop))
+    driver = Driver(make_core(config, trace), _Loop(loop), Files(fs_roots))
     stop = stop if stop is not None else asyncio.Event()
     if where.stdio:
         out_transport, out_protocol = await loop.connect_write_pipe(_StdoutProtocol, sys.stdout)

@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="newest output bytes kept per process (default %(default)s)")
     serve.add_argument("--kill-grace", type=float, default=Config().kill_grace,
                        help="seconds between TERM and KILL on terminate (default %(default)s)")
+    serve.add_argument("--fs-root", action="append", default=[], metavar="DIR",
+                       help="confine every fs/* path to DIR (after resolving symlinks); repeatable")
     serve.add_argument("--ping-interval", type=float, default=30.0,
                        help="seconds between websocket pings (default %(default)s)")
     serve.add_argument("--trace", type=Path, help="record a replayable trace to this file")
@@ -66,6 +68,10 @@ def _serve(args: argparse.Namespace) -> int:
         if getattr(args, name) <= 0:
             print(f"execproto: --{name.replace('_', '-')} must be positive", file=sys.stderr)
             return 2
+    for root in args.fs_root:
+        if not Path(root).is_dir():
+            print(f"execproto: --fs-root {root} is not a directory", file=sys.stderr)
+            return 2
     if args.retention_bytes <= 0:
         print("execproto: --retention-bytes must be positive", file=sys.stderr)
         return 2
@@ -95,6 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
             trace=(lambda line: trace_file.write(line + "\n")) if trace_file else None,
             ready=ready,
             ping_interval=args.ping_interval,
+            fs_roots=args.fs_root,
         )
     finally:
         if trace_file is not None:

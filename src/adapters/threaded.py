@@ -25,6 +25,7 @@ from typing import Any
 from execproto import Config
 
 from ._driver import Driver
+from ._fs import Files
 from ._listen import Listen
 from ._peer import HIGH_WATER, LOW_WATER, Peer, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
@@ -257,6 +258,7 @@ def serve(
     ready: Callable[[str], None] | None = None,
     stop: threading.Event | None = None,
     ping_interval: float = PING_INTERVAL,
+    fs_roots: Sequence[str] = (),
 ) -> None:
     """Serve on this thread until ``stop`` is set (or, for stdio, stdin ends); then shut down.
 
@@ -265,7 +267,7 @@ def serve(
     """
     where = Listen.parse(listen)
     loop = _Loop()
-    driver = Driver(make_core(config, trace), loop)
+    driver = Driver(make_core(config, trace), loop, Files(fs_roots))
     stop = stop if stop is not None else threading.Event()
     stopping = threading.Event()  # seen by the owner; set on the owner when `stop` fires
     threading.Thread(target=lambda: (stop.wait(), loop.post(stopping.set)), daemon=True).start()

@@ -18,6 +18,7 @@ import trio
 from execproto import Config
 
 from ._driver import Driver
+from ._fs import Files
 from ._listen import Listen
 from ._peer import HIGH_WATER, LOW_WATER, Peer, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
@@ -178,6 +179,7 @@ async def serve(
     ready: Callable[[str], None] | None = None,
     stop: trio.Event | None = None,
     ping_interval: float = PING_INTERVAL,
+    fs_roots: Sequence[str] = (),
 ) -> None:
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
 
@@ -188,7 +190,7 @@ async def serve(
     stop = stop if stop is not None else trio.Event()
     accepting = trio.CancelScope()
     async with trio.open_nursery() as nursery:
-        driver = Driver(make_core(config, trace), _Loop(nursery))
+        driver = Driver(make_core(config, trace), _Loop(nursery), Files(fs_roots))
 
         async def websocket(stream: trio.SocketStream) -> None:
             host, port = stream.socket.getpeername()[:2]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,7 +24,9 @@ from execproto import (
     Event,
     Finalize,
     FsCompleted,
+    HttpBodyReceived,
     HttpFinished,
+    HttpResponded,
     OutputReceived,
     PauseOutput,
     ProcessExited,
@@ -44,7 +47,7 @@ from execproto import (
 )
 from execproto._trace import Recorder
 
-from . import _posix
+from . import _http, _posix
 from ._fs import Files
 
 if TYPE_CHECKING:
@@ -56,7 +59,6 @@ log = logging.getLogger("execproto")
 # cannot hold the loop (the pipe itself holds 1 MiB).
 READ_SIZE = 256 << 10
 
-NOT_YET = "is not available in this build of execproto yet"
 
 
 class Loop(Protocol):
@@ -72,6 +74,9 @@ class Loop(Protocol):
         ...
     def run_blocking(self, work: Callable[[], Any], done: Callable[[Any], None]) -> None:
         """Run ``work`` off the loop; call ``done(result or exception)`` back on the owner."""
+        ...
+    def post(self, call: Callable[[], None]) -> None:
+        """Run ``call`` on the owner soon. Safe from any thread."""
         ...
 
 
@@ -90,6 +95,8 @@ class Driver:
         self._paused: set[int] = set()
         self._stdin_pending: dict[int, bytearray] = {}
         self._stdin_closing: set[int] = set()
+        # http calls in flight: op -> (set to cancel it, whether its body streams)
+        self._http: dict[int, tuple[threading.Event, bool]] = {}
         self._cancel_tick: Callable[[], None] | None = None
         self._tick_at: float | None = None
         self.on_idle: Callable[[], None] | None = None  # called after a drain leaves it idle
@@ -107,7 +114,7 @@ class Driver:
             Finalize: self._finalize,
             RunFs: self._run_fs,
             RunHttp: self._run_http,
-            CancelHttp: lambda action: None,
+            CancelHttp: self._cancel_http,
         }
 
     # -- the owner ------------------------------------------------------------------------------
@@ -305,7 +312,49 @@ class Driver:
         self.loop.run_blocking(lambda: self.files.run(action.conn, action.request), done)
 
     def _run_http(self, action: RunHttp) -> None:
-        self.feed(HttpFinished(op=action.op, error=f"http/request {NOT_YET}"))
+        request = action.request
+        cancelled = threading.Event()
+        self._http[action.op] = (cancelled, request.stream_response)
+        post, op = self.loop.post, action.op
+
+        def work() -> None:
+            # On a worker thread: every event goes back to the owner through `post`, in order.
+            try:
+                pieces = _http.fetch(request, cancelled)
+                head = next(pieces)
+                assert isinstance(head, _http.Head)
+                if not request.stream_response:
+                    body = b"".join(piece for piece in pieces if isinstance(piece, bytes))
+                    post(lambda: self._http_event(HttpResponded(
+                        op=op, status=head.status, headers=tuple(head.headers), body=body)))
+                    return
+                post(lambda: self._http_event(HttpResponded(
+                    op=op, status=head.status, headers=tuple(head.headers))))
+                for piece in pieces:
+                    if piece:
+                        post(lambda piece=piece: self._http_event(HttpBodyReceived(op=op, data=piece)))
+                post(lambda: self._http_event(HttpFinished(op=op)))
+            except Exception as exc:  # a failure, or a bug: either way the call gets an answer
+                if not isinstance(exc, _http.HttpFailure):
+                    log.exception("http/request failed")
+                why = str(exc)
+                post(lambda: self._http_event(HttpFinished(op=op, error=why)))
+
+        self.loop.run_blocking(work, lambda outcome: None)
+
+    def _http_event(self, event: HttpResponded | HttpBodyReceived | HttpFinished) -> None:
+        entry = self._http.get(event.op)
+        if entry is None:
+            return  # cancelled: its connection closed, and the core has forgotten the call
+        streaming = entry[1]
+        if isinstance(event, HttpFinished) or (isinstance(event, HttpResponded) and not streaming):
+            del self._http[event.op]
+        self.feed(event)
+
+    def _cancel_http(self, action: CancelHttp) -> None:
+        entry = self._http.pop(action.op, None)
+        if entry is not None:
+            entry[0].set()
 
     # -- shutdown -------------------------------------------------------------------------------
 

@@ -45,6 +45,9 @@ class _Loop:
     def call_at(self, when: float, callback: Callable[[], None]) -> Callable[[], None]:
         return self._loop.call_at(when, callback).cancel
 
+    def post(self, call: Callable[[], None]) -> None:
+        self._loop.call_soon_threadsafe(call)
+
     def run_blocking(self, work: Callable[[], Any], done: Callable[[Any], None]) -> None:
         future = self._loop.run_in_executor(None, work)
         future.add_done_callback(lambda f: done(f.exception() or f.result()))

@@ -29,6 +29,7 @@ class _Loop:
 
     def __init__(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
+        self._token = trio.lowlevel.current_trio_token()
         self._readers: dict[int, trio.CancelScope] = {}
         self._writers: dict[int, trio.CancelScope] = {}
 
@@ -89,6 +90,9 @@ class _Loop:
 
         self._nursery.start_soon(timer)
         return scope.cancel
+
+    def post(self, call: Callable[[], None]) -> None:
+        self._token.run_sync_soon(call)
 
     def run_blocking(self, work: Callable[[], Any], done: Callable[[Any], None]) -> None:
         async def task() -> None:

@@ -148,3 +148,8 @@ def test_fs_root_confines_paths(rooted: tuple[Client, Path], tmp_path: Path) -> 
     assert error(client.call("fs/writeFile", {"path": uri(outside), "dataBase64": ""}))["code"] == -32600  # type: ignore[index]
     assert not outside.exists()
     assert client.result("fs/writeFile", {"path": uri(root / "new"), "dataBase64": b64(b"1")}) == {}
+    os.mkfifo(root / "fifo")
+    began = time.monotonic()
+    assert error(client.call("fs/readFile", {"path": uri(root / "fifo")}, timeout=5)) == {
+        "code": -32600, "message": f"path `{root / 'fifo'}` is not a file"}
+    assert time.monotonic() - began < 2

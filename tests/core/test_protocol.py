@@ -40,6 +40,14 @@ from execproto import (
 )
 
 from .harness import CWD, Harness, b64
+from .messages import (
+    bad_symbol,
+    foreign_cwd,
+    missing,
+    unknown_variant,
+    unsupported_scheme,
+    wrong,
+)
 
 # -- expected wire errors (the one place to update when the core's wording changes) -------------
 
@@ -85,28 +93,10 @@ def unexpected_response(msg_id: Any) -> str:
     return f"unexpected client response: {msg_id!r}"
 
 
-def missing(field: str) -> str:
-    return f"missing field `{field}`"
 
 
-def wrong(what: str, expected: str) -> str:
-    return f"invalid type: {what}, expected {expected}"
 
 
-def unknown_variant(value: str, expected: str) -> str:
-    return f"unknown variant `{value}`, expected {expected}"
-
-
-def bad_symbol(byte: int, offset: int) -> str:
-    return f"Invalid symbol {byte}, offset {offset}."
-
-
-def unsupported_scheme(scheme: str) -> str:
-    return f"unsupported path URI scheme `{scheme}`"
-
-
-def foreign_cwd(uri: str) -> str:
-    return f"cwd URI `{uri}` is not valid on this exec-server host: '{uri}' is invalid on 'linux'"
 
 
 INHERIT_VARIANTS = "one of `core`, `all`, `none`"

@@ -25,6 +25,14 @@ from execproto import (
 )
 
 from .harness import Harness, b64, unb64
+from .messages import (
+    bad_symbol,
+    foreign_path,
+    missing,
+    unknown_variant,
+    unsupported_scheme,
+    wrong,
+)
 
 # -- expected wire errors (the one place to update when the core's wording changes) -------------
 
@@ -44,28 +52,10 @@ RELATIVE_HTTP_URL = "http/request url is invalid: relative URL without a base"
 REDIRECT_VARIANTS = "`follow` or `stop`"
 
 
-def missing(field: str) -> str:
-    return f"missing field `{field}`"
 
 
-def wrong(what: str, expected: str) -> str:
-    return f"invalid type: {what}, expected {expected}"
 
 
-def unknown_variant(value: str, expected: str) -> str:
-    return f"unknown variant `{value}`, expected {expected}"
-
-
-def bad_symbol(byte: int, offset: int) -> str:
-    return f"Invalid symbol {byte}, offset {offset}."
-
-
-def unsupported_scheme(scheme: str) -> str:
-    return f"unsupported path URI scheme `{scheme}`"
-
-
-def foreign_path(uri: str) -> str:
-    return f"'{uri}' is invalid on 'linux'"
 
 
 def bad_write_data(why: str) -> str:

@@ -24,6 +24,7 @@ test: $(VENV)/.installed typecheck coverage
 
 typecheck: $(VENV)/.installed
 	$(BIN)/python -m mypy src/execproto
+	$(BIN)/python -m mypy src/adapters
 
 # The core suite runs under coverage; the floor is part of the core's contract.
 coverage: $(VENV)/.installed

@@ -14,6 +14,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from execproto import (
@@ -320,11 +321,9 @@ class Driver:
         def work() -> None:
             # On a worker thread: every event goes back to the owner through `post`, in order.
             try:
-                pieces = _http.fetch(request, cancelled)
-                head = next(pieces)
-                assert isinstance(head, _http.Head)
+                head, pieces = _http.fetch(request, cancelled)
                 if not request.stream_response:
-                    body = b"".join(piece for piece in pieces if isinstance(piece, bytes))
+                    body = b"".join(pieces)
                     post(lambda: self._http_event(HttpResponded(
                         op=op, status=head.status, headers=tuple(head.headers), body=body)))
                     return
@@ -332,7 +331,7 @@ class Driver:
                     op=op, status=head.status, headers=tuple(head.headers))))
                 for piece in pieces:
                     if piece:
-                        post(lambda piece=piece: self._http_event(HttpBodyReceived(op=op, data=piece)))
+                        post(partial(self._http_event, HttpBodyReceived(op=op, data=piece)))
                 post(lambda: self._http_event(HttpFinished(op=op)))
             except Exception as exc:  # a failure, or a bug: either way the call gets an answer
                 if not isinstance(exc, _http.HttpFailure):

@@ -32,22 +32,28 @@ class Head:
         self.headers = headers
 
 
-def fetch(request: HttpRequest, cancelled: threading.Event) -> Iterator[Head | bytes]:
-    """Yield the final response's `Head`, then its body in pieces. Raises `HttpFailure`."""
+def fetch(request: HttpRequest, cancelled: threading.Event) -> tuple[Head, Iterator[bytes]]:
+    """The final response's head, and its body in pieces. Raises `HttpFailure`.
+
+    The connection stays open until the body has been read to its end (or dropped).
+    """
     deadline = None if request.timeout_ms is None else time.monotonic() + request.timeout_ms / 1000
     method, url, body = request.method, request.url, request.body
     for _ in range(MAX_REDIRECTS + 1):
-        with _Exchange(url, deadline, cancelled) as exchange:
+        exchange = _Exchange(url, deadline, cancelled)
+        try:
             head = exchange.send(method, request.headers, body)
-            location = dict(head.headers).get("location")
-            if request.follow_redirects and head.status in REDIRECTS and location:
-                url = urljoin(url, location)
-                if head.status == 303 or (head.status in (301, 302) and method == "POST"):
-                    method, body = "GET", None  # what every browser does, and RFC 9110 allows
-                continue
-            yield head
-            yield from exchange.body()
-            return
+        except BaseException:
+            exchange.close()
+            raise
+        location = dict(head.headers).get("location")
+        if request.follow_redirects and head.status in REDIRECTS and location:
+            exchange.close()
+            url = urljoin(url, location)
+            if head.status == 303 or (head.status in (301, 302) and method == "POST"):
+                method, body = "GET", None  # what every browser does, and RFC 9110 allows
+            continue
+        return head, exchange.body()
     raise HttpFailure(f"more than {MAX_REDIRECTS} redirects")
 
 
@@ -72,10 +78,7 @@ class _Exchange:
         self._sock = sock
         self._url = url
 
-    def __enter__(self) -> _Exchange:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
         self._sock.close()
 
     def _remaining(self) -> float | None:
@@ -145,3 +148,5 @@ class _Exchange:
                     return
         except h11.ProtocolError as exc:
             raise HttpFailure(f"invalid HTTP response from ({self._url}): {exc}") from None
+        finally:
+            self.close()

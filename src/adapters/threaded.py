@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from execproto import Config
@@ -153,7 +154,7 @@ class _Loop:
                     continue  # closed under us; the owner has already forgotten it
                 with self._lock:
                     self._in_flight.add(fd)
-                self.post(lambda fd=fd, events=events: self._ready(fd, events))
+                self.post(partial(self._ready, fd, events))
 
     def _ready(self, fd: int, events: int) -> None:
         with self._lock:
@@ -219,7 +220,7 @@ class _Connection:
                 data = self._receive()
             except OSError:
                 data = b""
-            self._loop.post(lambda data=data: received(data))
+            self._loop.post(partial(received, data))
             if not data:
                 self._loop.post(self._lost)
                 return
@@ -240,7 +241,7 @@ class _Connection:
                     closing = self._closing
                 if data:
                     self._send(data)
-                    self._loop.post(lambda size=len(data): self._sent(size))
+                    self._loop.post(partial(self._sent, len(data)))
                 if closing and not self._outbox:
                     return
         except OSError:
@@ -270,7 +271,11 @@ def serve(
     driver = Driver(make_core(config, trace), loop, Files(fs_roots))
     stop = stop if stop is not None else threading.Event()
     stopping = threading.Event()  # seen by the owner; set on the owner when `stop` fires
-    threading.Thread(target=lambda: (stop.wait(), loop.post(stopping.set)), daemon=True).start()
+    def relay_stop() -> None:  # `stop` may be set from any thread; the owner must hear it
+        stop.wait()
+        loop.post(stopping.set)
+
+    threading.Thread(target=relay_stop, daemon=True).start()
     listener: socket.socket | None = None
     if where.stdio:
         stdin, stdout = os.dup(0), os.dup(1)
@@ -329,8 +334,7 @@ def _accept(listener: socket.socket, loop: _Loop, driver: Driver, token: str | N
             sock, address = listener.accept()
         except OSError:
             return  # the listener was closed: shutting down
-        loop.post(lambda sock=sock, address=address: _open(sock, address, loop, driver, token,
-                                                           ping_interval))
+        loop.post(partial(_open, sock, address, loop, driver, token, ping_interval))
 
 
 def _open(sock: socket.socket, address: Any, loop: _Loop, driver: Driver, token: str | None,

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
+
 from execproto import (
     Action,
     CancelHttp,
@@ -24,6 +26,7 @@ from execproto import (
     CloseStdin,
     Event,
     Finalize,
+    FinalizeFailed,
     FsCompleted,
     HttpBodyReceived,
     HttpFinished,
@@ -50,6 +53,7 @@ from execproto._trace import Recorder
 
 from . import _http, _posix
 from ._fs import Files
+from .backends import Backend, LocalBackend, Refused
 
 if TYPE_CHECKING:
     from ._peer import Peer
@@ -85,11 +89,17 @@ class Driver:
     """Feeds events to the core and carries out its actions over a `Loop`."""
 
     def __init__(
-        self, core: ServerCore | Recorder, loop: Loop, files: Files | None = None
+        self,
+        core: ServerCore | Recorder,
+        loop: Loop,
+        files: Files | None = None,
+        backend: Backend | None = None,
     ) -> None:
         self.core = core
         self.loop = loop
         self.files = files or Files()
+        self.backend: Backend = backend or LocalBackend()
+        self._tokens: dict[int, Any] = {}  # proc -> the backend's token, until its finalize
         self._queue: deque[Event] = deque()
         self._busy = False
         self._children: dict[int, _posix.Child] = {}
@@ -172,7 +182,19 @@ class Driver:
 
     def _spawn(self, action: Spawn) -> None:
         try:
-            child = _posix.spawn(action.spec)
+            prepared = self.backend.prepare(action.spec)
+        except Refused as exc:
+            self.feed(SpawnFailed(proc=action.proc, error=str(exc), refused=True))
+            return
+        except _posix.SpawnError as exc:
+            self.feed(SpawnFailed(proc=action.proc, error=str(exc), kind=exc.kind))
+            return
+        # From here the backend is owed exactly one finalize, whatever happens to the spawn.
+        self._tokens[action.proc] = prepared.token
+        spec = attrs.evolve(action.spec, argv=prepared.argv, env=prepared.env, cwd=prepared.cwd,
+                            arg0=prepared.arg0)
+        try:
+            child = _posix.spawn(spec)
         except _posix.SpawnError as exc:
             self.feed(SpawnFailed(proc=action.proc, error=str(exc), kind=exc.kind))
             return
@@ -288,16 +310,26 @@ class Driver:
 
     def _finalize(self, action: Finalize) -> None:
         child = self._children.pop(action.proc, None)
-        if child is None:
-            return  # a spawn that failed: nothing was started
+        if child is not None:
+            self._release(action.proc, child)
+        if action.proc in self._tokens:
+            token = self._tokens.pop(action.proc)
+            try:
+                self.backend.finalize(token, action.status, action.exit_code, action.timed_out)
+            except Exception as exc:
+                log.exception("the backend's finalize failed for process %d", action.proc)
+                self.feed(FinalizeFailed(proc=action.proc, error=f"{type(exc).__name__}: {exc}"))
+
+    def _release(self, proc: int, child: _posix.Child) -> None:
+        """Stop watching the child, reap it and close whatever of its pipes is still open."""
         self.loop.unwatch_read(child.pidfd)
         for fd in child.outputs.values():
             self.loop.unwatch_read(fd)
         if child.stdin is not None:
             self.loop.unwatch_write(child.stdin)
-        self._paused.discard(action.proc)
-        self._stdin_pending.pop(action.proc, None)
-        self._stdin_closing.discard(action.proc)
+        self._paused.discard(proc)
+        self._stdin_pending.pop(proc, None)
+        self._stdin_closing.discard(proc)
         child.reap()
 
     # -- services -------------------------------------------------------------------------------

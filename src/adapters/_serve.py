@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import attrs
+
 from execproto import Config, ServerCore
 from execproto._trace import Recorder
 
 from ._host import this_host
+from .backends import Backend
 
 PING_INTERVAL = 30.0
 
 
 def make_core(
-    config: Config | None, trace: Callable[[str], None] | None
+    config: Config | None, trace: Callable[[str], None] | None, backend: Backend | None = None
 ) -> ServerCore | Recorder:
     """A core for this host, recording to ``trace`` (one JSON line per call) when given."""
-    core = ServerCore(config, this_host())
+    sandbox = backend.sandbox_type if backend is not None else "none"
+    core = ServerCore(attrs.evolve(config or Config(), sandbox_type=sandbox), this_host())
     return core if trace is None else Recorder(core, trace)

@@ -16,6 +16,7 @@ from execproto import Config
 
 from ._driver import Driver
 from ._fs import Files
+from .backends import Backend
 from ._listen import Listen
 from ._peer import HIGH_WATER, LOW_WATER, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
@@ -131,6 +132,7 @@ async def serve(
     stop: asyncio.Event | None = None,
     ping_interval: float = PING_INTERVAL,
     fs_roots: Sequence[str] = (),
+    backend: Backend | None = None,
 ) -> None:
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
 
@@ -139,7 +141,7 @@ async def serve(
     """
     where = Listen.parse(listen)
     loop = asyncio.get_running_loop()
-    driver = Driver(make_core(config, trace), _Loop(loop), Files(fs_roots))
+    driver = Driver(make_core(config, trace, backend), _Loop(loop), Files(fs_roots), backend)
     stop = stop if stop is not None else asyncio.Event()
     if where.stdio:
         out_transport, out_protocol = await loop.connect_write_pipe(_StdoutProtocol, sys.stdout)

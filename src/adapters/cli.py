@@ -10,7 +10,9 @@ from pathlib import Path
 
 from execproto import Config, replay
 
+from . import backends
 from ._listen import Listen, ListenError
+from .backends import Backend
 
 # --adapter name -> module (relative to this package) with a `run(listen, **options)`.
 ADAPTERS = {"asyncio": ".asyncio", "trio": ".trio", "threads": ".threaded"}
@@ -33,6 +35,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="newest output bytes kept per process (default %(default)s)")
     serve.add_argument("--kill-grace", type=float, default=Config().kill_grace,
                        help="seconds between TERM and KILL on terminate (default %(default)s)")
+    serve.add_argument("--sandbox", choices=["none", "bwrap"], default="none",
+                       help="run each process inside bubblewrap (bwrap) or not (default)")
+    serve.add_argument("--writable-root", action="append", default=[], metavar="DIR",
+                       help="with --sandbox bwrap: a directory processes may write; repeatable")
+    serve.add_argument("--allow-network", action="store_true",
+                       help="with --sandbox bwrap: let processes use the network")
+    serve.add_argument("--backend", metavar="MODULE:FACTORY",
+                       help="a spawn backend of your own: FACTORY() returns it")
     serve.add_argument("--fs-root", action="append", default=[], metavar="DIR",
                        help="confine every fs/* path to DIR (after resolving symlinks); repeatable")
     serve.add_argument("--ping-interval", type=float, default=30.0,
@@ -75,6 +85,11 @@ def _serve(args: argparse.Namespace) -> int:
     if args.retention_bytes <= 0:
         print("execproto: --retention-bytes must be positive", file=sys.stderr)
         return 2
+    try:
+        backend = _backend(args)
+    except Exception as exc:  # anything the backend says about why it cannot start
+        print(f"execproto: {exc}", file=sys.stderr)
+        return 2
     config = Config(
         session_ttl=args.session_ttl,
         retention_bytes=args.retention_bytes,
@@ -102,11 +117,24 @@ def _serve(args: argparse.Namespace) -> int:
             ready=ready,
             ping_interval=args.ping_interval,
             fs_roots=args.fs_root,
+            backend=backend,
         )
     finally:
         if trace_file is not None:
             trace_file.close()
     return 0
+
+
+def _backend(args: argparse.Namespace) -> Backend | None:
+    if args.backend and args.sandbox != "none":
+        raise ValueError("--backend and --sandbox are alternatives: give one")
+    if args.backend:
+        return backends.load(args.backend)
+    if args.sandbox == "bwrap":
+        return backends.BwrapBackend(args.writable_root, allow_network=args.allow_network)
+    if args.writable_root or args.allow_network:
+        raise ValueError("--writable-root and --allow-network need --sandbox bwrap")
+    return None
 
 
 def _replay(args: argparse.Namespace) -> int:

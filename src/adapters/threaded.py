@@ -27,6 +27,7 @@ from execproto import Config
 
 from ._driver import Driver
 from ._fs import Files
+from .backends import Backend
 from ._listen import Listen
 from ._peer import HIGH_WATER, LOW_WATER, Peer, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
@@ -260,6 +261,7 @@ def serve(
     stop: threading.Event | None = None,
     ping_interval: float = PING_INTERVAL,
     fs_roots: Sequence[str] = (),
+    backend: Backend | None = None,
 ) -> None:
     """Serve on this thread until ``stop`` is set (or, for stdio, stdin ends); then shut down.
 
@@ -268,7 +270,7 @@ def serve(
     """
     where = Listen.parse(listen)
     loop = _Loop()
-    driver = Driver(make_core(config, trace), loop, Files(fs_roots))
+    driver = Driver(make_core(config, trace, backend), loop, Files(fs_roots), backend)
     stop = stop if stop is not None else threading.Event()
     stopping = threading.Event()  # seen by the owner; set on the owner when `stop` fires
     def relay_stop() -> None:  # `stop` may be set from any thread; the owner must hear it

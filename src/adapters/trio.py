@@ -19,6 +19,7 @@ from execproto import Config
 
 from ._driver import Driver
 from ._fs import Files
+from .backends import Backend
 from ._listen import Listen
 from ._peer import HIGH_WATER, LOW_WATER, Peer, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
@@ -184,6 +185,7 @@ async def serve(
     stop: trio.Event | None = None,
     ping_interval: float = PING_INTERVAL,
     fs_roots: Sequence[str] = (),
+    backend: Backend | None = None,
 ) -> None:
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
 
@@ -194,7 +196,7 @@ async def serve(
     stop = stop if stop is not None else trio.Event()
     accepting = trio.CancelScope()
     async with trio.open_nursery() as nursery:
-        driver = Driver(make_core(config, trace), _Loop(nursery), Files(fs_roots))
+        driver = Driver(make_core(config, trace, backend), _Loop(nursery), Files(fs_roots), backend)
 
         async def websocket(stream: trio.SocketStream) -> None:
             host, port = stream.socket.getpeername()[:2]

@@ -63,6 +63,8 @@ class SpawnFailed:
     # The client's error data.kind: "spawnNotFound" (ENOENT), "spawnPermissionDenied" (EACCES)
     # or "spawnFailed" (anything else).
     kind: str = "spawnFailed"
+    # The backend refused the request (it cannot enforce it): -32602, and nothing was started.
+    refused: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -85,6 +87,17 @@ class ProcessExited:
     proc: int
     # As subprocess reports it: the exit status, or minus the signal number that killed it.
     returncode: int
+
+
+@attrs.frozen(kw_only=True)
+class FinalizeFailed:
+    """The backend's finalize hook failed for a process the core had finalized.
+
+    Recorded as the process's ``failure`` (shown by ``process/read``) while it is still readable.
+    """
+
+    proc: int
+    error: str
 
 
 @attrs.frozen(kw_only=True)
@@ -144,6 +157,7 @@ Event = (
     | OutputReceived
     | StreamClosed
     | ProcessExited
+    | FinalizeFailed
     | FsCompleted
     | HttpResponded
     | HttpBodyReceived
@@ -163,6 +177,7 @@ EVENT_TYPES: tuple[type, ...] = (
     OutputReceived,
     StreamClosed,
     ProcessExited,
+    FinalizeFailed,
     FsCompleted,
     HttpResponded,
     HttpBodyReceived,

@@ -18,8 +18,21 @@ from ._actions import (
     WriteStdin,
 )
 from ._env import child_environment
-from ._errors import LocalProtocolError, RpcError, internal_error, invalid_request
-from ._events import OutputReceived, ProcessExited, ProcessSpawned, SpawnFailed, StreamClosed
+from ._errors import (
+    LocalProtocolError,
+    RpcError,
+    internal_error,
+    invalid_params,
+    invalid_request,
+)
+from ._events import (
+    FinalizeFailed,
+    OutputReceived,
+    ProcessExited,
+    ProcessSpawned,
+    SpawnFailed,
+    StreamClosed,
+)
 from ._jsonrpc import Id
 from ._process import Input, Phase, Process
 from ._session import Connection, PendingRead, Session
@@ -168,7 +181,10 @@ class ProcessHandlers(CoreState):
         del process.session.processes[process.process_id]  # the id is free again at once
         c = self._start_conn(process)
         if c is not None:
-            error = internal_error(event.error, {"kind": event.kind})
+            if event.refused:
+                error = invalid_params(event.error)
+            else:
+                error = internal_error(event.error, {"kind": event.kind})
             self._fail(c.conn, c.starts.pop(process.proc), error)
         for read in list(process.readers.values()):
             self._cancel_read(read)
@@ -223,6 +239,7 @@ class ProcessHandlers(CoreState):
             {"processId": process.process_id, "seq": process.take_seq()},
         )
         del self._procs[process.proc]
+        self._finalized[process.proc] = process
         self._timers.cancel(("kill", process.proc))
         self._timers.cancel(("abandon", process.proc))
         self._set_timer(("evict", process), self.config.closed_ttl)
@@ -235,6 +252,13 @@ class ProcessHandlers(CoreState):
             )
         )
         self._wake_readers(process)
+
+    def _on_finalize_failed(self, event: FinalizeFailed) -> None:
+        process = self._finalized.get(event.proc)
+        if process is None:
+            self._live_process(event.proc)  # raises for a handle never issued
+            return  # a spawn that failed, or evicted since: nobody can read it any more
+        process.failure = f"finalize failed: {event.error}"
 
     # -- deadlines ------------------------------------------------------------------------------
 
@@ -250,6 +274,7 @@ class ProcessHandlers(CoreState):
             self._close(process)
 
     def _on_evict_due(self, process: Process) -> None:
+        self._finalized.pop(process.proc, None)
         if process.session.processes.get(process.process_id) is process:
             del process.session.processes[process.process_id]
 

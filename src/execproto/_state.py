@@ -30,6 +30,8 @@ class CoreState:
         self._sessions: dict[str, Session] = {}
         # Processes spawned (or being spawned) and not yet finalized, by the core's handle.
         self._procs: dict[int, Process] = {}
+        # Finalized (closed) processes still readable, by handle, until their eviction.
+        self._finalized: dict[int, Process] = {}
         self._next_proc = 1
         self._next_op = 1
         self._next_token = 1

@@ -16,6 +16,7 @@ from execproto import (
     ConnectionClosed,
     ConnectionOpened,
     Finalize,
+    FinalizeFailed,
     FsCompleted,
     FsRequest,
     Host,
@@ -368,6 +369,7 @@ EVENT_SAMPLES: list[Any] = [
     HttpBodyReceived(op=13, data=b"delta"),
     HttpFinished(op=14),
     HttpFinished(op=14, error="reset"),
+    FinalizeFailed(proc=9, error="hook failed"),
     Shutdown(),
     Tick(),
 ]

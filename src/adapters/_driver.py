@@ -64,6 +64,9 @@ log = logging.getLogger("execproto")
 # cannot hold the loop (the pipe itself holds 1 MiB).
 READ_SIZE = 256 << 10
 
+# What ends input on a terminal: closing our copy of the pty would not, as the reader of
+# the other side only sees end-of-file when the line discipline gets ^D.
+END_OF_TERMINAL_INPUT = b"\x04"
 
 
 class Loop(Protocol):
@@ -299,6 +302,11 @@ class Driver:
         del self._stdin_pending[proc]
         if proc in self._stdin_closing:
             self._stdin_closing.discard(proc)
+            if os.isatty(child.stdin):
+                try:
+                    os.write(child.stdin, END_OF_TERMINAL_INPUT)
+                except OSError:
+                    pass
             _posix.close_quietly(child.stdin)
             child.stdin = None
 

@@ -103,6 +103,15 @@ def test_tty(client: Client) -> None:
     assert out["pty"] == b"is-a-tty\r\n24 80\r\n"
 
 
+def test_close_stdin_ends_input_on_a_terminal(client: Client) -> None:
+    start(client, "ty", ["sh", "-c", "stty -echo; cat; echo after-eof"], tty=True)
+    time.sleep(0.3)  # let stty run before the input arrives
+    write = {"processId": "ty", "chunk": b64(b"typed\n"), "writeId": "1", "closeStdin": True}
+    assert client.result("process/write", write) == {"status": "accepted"}
+    out = output_of(client.events_until_closed("ty", timeout=10))["pty"]
+    assert out.endswith(b"after-eof\r\n") and b"typed" in out
+
+
 def test_exact_binary_output(client: Client) -> None:
     data = bytes(range(256)) * 4
     start(client, "b", ["sh", "-c", "printf \"$0\"", "".join(f"\\{i:03o}" for i in data)])

@@ -13,6 +13,7 @@ import pytest
 from .wsclient import Client
 
 BIG = bytes(range(256)) * (40 << 10)  # 10 MiB
+ENDLESS_STOPPED = threading.Event()  # set when the endless stream's reader has gone away
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -42,6 +43,17 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, b"late")
         elif self.path == "/big":
             self._send(200, BIG)
+        elif self.path == "/endless":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for _ in range(600):  # a minute at most, should nobody ever hang up
+                    self.wfile.write(b"5\r\ntick \r\n")
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except (BrokenPipeError, ConnectionResetError):
+                ENDLESS_STOPPED.set()
         elif self.path == "/chunked":
             self.send_response(200)
             self.send_header("Transfer-Encoding", "chunked")
@@ -126,3 +138,15 @@ def test_connection_refused(client: Client) -> None:
     reply = request(client, "http://127.0.0.1:1/")
     assert reply["error"]["code"] == -32603  # type: ignore[index]
     assert "http/request failed: error sending request" in reply["error"]["message"]  # type: ignore[index]
+
+
+def test_a_streamed_body_ends_when_the_client_goes_away(server: object, web: str) -> None:
+    from .conftest import Server
+
+    assert isinstance(server, Server)
+    ENDLESS_STOPPED.clear()
+    c = server.client()
+    request(c, f"{web}/endless", streamResponse=True, requestId="e1")
+    c.notification(lambda m: m["method"] == "http/request/bodyDelta")
+    c.close()
+    assert ENDLESS_STOPPED.wait(10), "the server kept reading the body after its client left"

@@ -400,6 +400,3 @@ class Driver:
     def shutdown(self) -> None:
         """Stop: close every connection, terminate every process; `on_idle` fires when done."""
         self.feed(Shutdown())
-
-    def live_pids(self) -> list[int]:
-        return [child.pid for child in self._children.values()]

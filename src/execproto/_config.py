@@ -18,7 +18,6 @@ class Config:
     closed_ttl: float = 30.0  # seconds a closed process stays readable
     write_id_memory: int = 4096  # writeIds remembered per process
     max_fs_handles: int = 128  # open fs handles per connection
-    max_handle_id_bytes: int = 32
     sandbox_type: str = "none"
 
 

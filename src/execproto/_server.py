@@ -295,7 +295,6 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
 
     def _on_session_expired(self, session_id: str) -> None:
         session = self._sessions.pop(session_id)
-        session.expired = True
         for process in list(session.processes.values()):
             if process.proc in self._procs:
                 process.timed_out = True

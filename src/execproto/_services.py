@@ -24,6 +24,7 @@ from ._session import Connection, Session
 from ._state import CoreState
 
 MAX_BLOCK = 1 << 20
+MAX_HANDLE_ID_BYTES = 32  # the reference's limit, counted in UTF-8 bytes
 # RFC 9110 token characters: what an HTTP method may be made of.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
@@ -59,8 +60,8 @@ def parse_fs(method: str, raw: Any) -> FsRequest:
         }
     elif method == "fs/open":
         params = {"handleId": f.text("handleId"), "path": _uri(f, "path")}
-        if len(params["handleId"].encode("utf-8", "surrogatepass")) > 32:
-            raise invalid_request("file handle ID must not exceed 32 bytes")
+        if len(params["handleId"].encode("utf-8", "surrogatepass")) > MAX_HANDLE_ID_BYTES:
+            raise invalid_request(f"file handle ID must not exceed {MAX_HANDLE_ID_BYTES} bytes")
     elif method == "fs/readBlock":
         params = {"handleId": f.text("handleId"), "offset": f.uint("offset"), "len": f.uint("len")}
         if not 1 <= params["len"] <= MAX_BLOCK:

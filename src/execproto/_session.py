@@ -19,14 +19,13 @@ class Handshake(enum.Enum):
 
 
 class Session:
-    __slots__ = ("session_id", "conn", "processes", "expired")
+    __slots__ = ("session_id", "conn", "processes")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.conn: int | None = None
         # processId -> process. A closed process stays here (readable) until it is evicted.
         self.processes: dict[str, Process] = {}
-        self.expired = False
 
 
 class PendingRead:

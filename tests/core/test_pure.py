@@ -624,5 +624,5 @@ def test_config_defaults_match_the_protocol() -> None:
     config = Config()
     assert (config.session_ttl, config.kill_grace, config.closed_ttl) == (30.0, 1.0, 30.0)
     assert config.retention_bytes == 1 << 20 and config.write_id_memory == 4096
-    assert (config.max_fs_handles, config.max_handle_id_bytes) == (128, 32)
+    assert config.max_fs_handles == 128
     assert config.sandbox_type == "none"

@@ -1,7 +1,8 @@
 """One process's sequenced output, bounded in bytes and in chunks.
 
 The log keeps the newest chunks. What falls off the front is counted, never silently lost:
-readers see ``first_retained_seq`` and ``dropped_bytes``. Seqs are increasing but not contiguous
+readers see ``first_retained_seq`` and ``dropped_bytes``. A held log (its session is detached)
+drops nothing; its owner pauses the process's output instead once the log is full. Seqs are increasing but not contiguous
 here, because exit and close take seqs too and are not chunks.
 """
 
@@ -35,6 +36,7 @@ class OutputLog:
         "retained_bytes",
         "dropped_bytes",
         "dropped_chunks",
+        "hold",
     )
 
     def __init__(self, max_bytes: int, max_chunks: int) -> None:
@@ -46,6 +48,8 @@ class OutputLog:
         self.retained_bytes = 0
         self.dropped_bytes = 0
         self.dropped_chunks = 0
+        # While held nothing is dropped: the owner pauses the output instead once `full`.
+        self.hold = False
 
     def __len__(self) -> int:
         return len(self._chunks) - self._head
@@ -59,8 +63,34 @@ class OutputLog:
         chunks.append((seq, stream, data))
         self._seqs.append(seq)
         self.retained_bytes += len(data)
-        if self.retained_bytes <= self._max_bytes and len(chunks) - self._head <= self._max_chunks:
+        if self.hold or (
+            self.retained_bytes <= self._max_bytes and len(chunks) - self._head <= self._max_chunks
+        ):
             return
+        self._trim()
+
+    @property
+    def full(self) -> bool:
+        """At or past a bound: a held log wants its output paused."""
+        return (
+            self.retained_bytes >= self._max_bytes
+            or len(self._chunks) - self._head >= self._max_chunks
+        )
+
+    def release(self) -> None:
+        """Stop holding, and drop what is over the bounds now rather than at the next append."""
+        self.hold = False
+        if self._over():
+            self._trim()
+
+    def _over(self) -> bool:
+        return (
+            self.retained_bytes > self._max_bytes
+            or len(self._chunks) - self._head > self._max_chunks
+        )
+
+    def _trim(self) -> None:
+        chunks = self._chunks
         # The newest chunk is always kept, even when it alone is over the byte bound: a chunk is
         # at most one adapter read, and dropping it whole would lose more than keeping it costs.
         head = self._head

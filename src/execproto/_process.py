@@ -88,6 +88,7 @@ class Process:
         "timed_out",
         "terminating",
         "paused",
+        "held",
         "write_ids",
         "readers",
         "_prefixes",
@@ -117,6 +118,8 @@ class Process:
         self.timed_out = False
         self.terminating = False
         self.paused = False
+        # Detached output is held, not dropped, until the client reads it back (see `hold`).
+        self.held = False
         # Recent writeIds, oldest first, so a retried write is not written twice.
         self.write_ids: OrderedDict[str, None] = OrderedDict()
         # Pending long-poll reads, by token.
@@ -173,6 +176,15 @@ class Process:
         self.failure = why
         self.timed_out = True
         return self.step(Input.ABANDONED)
+
+    def hold(self) -> None:
+        """Keep every chunk from now on: the client is away and will read back from its cursor."""
+        self.held = True
+        self.log.hold = True
+
+    def release(self) -> None:
+        self.held = False
+        self.log.release()
 
     @property
     def may_signal(self) -> bool:

@@ -87,7 +87,7 @@ class ProcessHandlers(CoreState):
         if process is None:
             raise unknown_process(p.process_id)
         if p.wait_ms == 0 or _read_ready(process, p.after_seq):
-            self._respond(c.conn, msg_id, _read_result(process, p.after_seq, p.max_bytes))
+            self._answer_read(c.conn, msg_id, process, p.after_seq, p.max_bytes)
             return
         token = self._next_token
         self._next_token += 1
@@ -142,6 +142,9 @@ class ProcessHandlers(CoreState):
         if process.terminating or process.phase is Phase.CLOSED:
             return
         process.terminating = True
+        if process.held:  # its pipes must drain to EOF; nobody waits for that output now
+            process.release()
+            self._sync_paused(process)
         if process.phase is Phase.RUNNING:
             self._emit(Signal(proc=process.proc, signal="TERM"))
             self._set_timer(("kill", process.proc), self.config.kill_grace)
@@ -166,10 +169,7 @@ class ProcessHandlers(CoreState):
         if process.terminating:
             process.terminating = False
             self._terminate(process)
-        owner = process.session.conn
-        if owner is not None and self._conns[owner].blocked:
-            process.paused = True
-            self._emit(PauseOutput(proc=process.proc))
+        self._sync_paused(process)
 
     def _on_spawn_failed(self, event: SpawnFailed) -> None:
         process = self._live_process(event.proc)
@@ -199,6 +199,8 @@ class ProcessHandlers(CoreState):
         conn = process.session.conn
         if conn is not None and data is not None:
             self._actions.append(Send(conn=conn, data=data))
+        if process.held and not process.paused and process.log.full:
+            self._sync_paused(process)
         if process.readers:
             self._wake_readers(process)
 
@@ -280,7 +282,7 @@ class ProcessHandlers(CoreState):
 
     def _on_read_due(self, read: PendingRead) -> None:
         self._cancel_read(read)
-        self._respond(read.conn, read.id, _read_result(read.process, read.after_seq, read.max_bytes))
+        self._answer_read(read.conn, read.id, read.process, read.after_seq, read.max_bytes)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -296,25 +298,41 @@ class ProcessHandlers(CoreState):
         for read in list(process.readers.values()):
             if _read_ready(process, read.after_seq):
                 self._cancel_read(read)
-                self._respond(
-                    read.conn, read.id, _read_result(process, read.after_seq, read.max_bytes)
-                )
+                self._answer_read(read.conn, read.id, process, read.after_seq, read.max_bytes)
+
+    def _answer_read(
+        self, conn: int, msg_id: Id, process: Process, after_seq: int, max_bytes: int | None
+    ) -> None:
+        result, truncated = _read_result(process, after_seq, max_bytes)
+        self._respond(conn, msg_id, result)
+        if process.held and not truncated:
+            # The client has read back everything held for it: the log may drop again.
+            process.release()
+            self._sync_paused(process)
 
     def _cancel_read(self, read: PendingRead) -> None:
         del read.process.readers[read.token]
         del self._conns[read.conn].reads[read.token]
         self._timers.cancel(("read", read))
 
-    def _set_paused(self, session: Session, paused: bool) -> None:
-        """Pause or resume reading the output of every live process of the session."""
+    def _sync_paused(self, process: Process) -> None:
+        """Pause a process's output while its client is blocked, or while its held log is full;
+        resume it otherwise."""
+        # Only spawned, unfinalized processes have pipes to pause; a process still starting is
+        # synced when its spawn is reported.
+        if process.proc not in self._procs or process.phase is Phase.STARTING:
+            return
+        conn = process.session.conn
+        blocked = conn is not None and self._conns[conn].blocked
+        paused = blocked or (process.held and process.log.full)
+        if process.paused != paused:
+            process.paused = paused
+            action = PauseOutput if paused else ResumeOutput
+            self._emit(action(proc=process.proc))
+
+    def _sync_session(self, session: Session) -> None:
         for process in session.processes.values():
-            # Only spawned, unfinalized processes have pipes to pause; a process still starting
-            # is paused when its spawn is reported.
-            live = process.proc in self._procs and process.phase is not Phase.STARTING
-            if live and process.paused != paused:
-                process.paused = paused
-                action = PauseOutput if paused else ResumeOutput
-                self._emit(action(proc=process.proc))
+            self._sync_paused(process)
 
 
 def _read_ready(process: Process, after_seq: int) -> bool:
@@ -325,11 +343,14 @@ def _read_ready(process: Process, after_seq: int) -> bool:
     return phase is Phase.EXITED and after_seq < process.next_seq - 1
 
 
-def _read_result(process: Process, after_seq: int, max_bytes: int | None) -> dict[str, Any]:
+def _read_result(
+    process: Process, after_seq: int, max_bytes: int | None
+) -> tuple[dict[str, Any], bool]:
+    """The read's answer, and whether max_bytes cut it short."""
     chunks, truncated = process.log.read(after_seq, max_bytes)
     log = process.log
     first = log.first_retained_seq
-    return {
+    result = {
         "chunks": [
             {"seq": c.seq, "stream": c.stream, "chunk": base64.b64encode(c.data).decode("ascii")}
             for c in chunks
@@ -343,3 +364,4 @@ def _read_result(process: Process, after_seq: int, max_bytes: int | None) -> dic
         "firstRetainedSeq": first if first is not None else process.next_seq,
         "droppedBytes": log.dropped_bytes,
     }
+    return result, truncated

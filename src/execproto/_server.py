@@ -179,8 +179,13 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
         self._drop_ops(c)
         session = c.session
         if session is not None:
-            self._set_paused(session, False)  # detached output goes to the bounded logs
             session.conn = None
+            # Detached output is held for the client's return: nothing is dropped, and a
+            # process whose log fills up waits, paused, until the client reads it back.
+            for process in session.processes.values():
+                if process.proc in self._procs and not process.terminating:
+                    process.hold()
+            self._sync_session(session)
             self._set_timer(("expire", session.session_id), self.config.session_ttl)
         del self._conns[event.conn]
 
@@ -261,8 +266,8 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
         session.conn = c.conn
         c.session = session
         c.handshake = Handshake.INITIALIZING
-        if c.blocked:  # it filled up on early error answers: the session's output must wait
-            self._set_paused(session, True)
+        # The connection may have filled up on early error answers: then the output must wait.
+        self._sync_session(session)
         self._respond(
             c.conn,
             msg_id,
@@ -275,13 +280,13 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
         c = self._connection(event.conn)
         c.blocked = True
         if c.session is not None:
-            self._set_paused(c.session, True)
+            self._sync_session(c.session)
 
     def _on_send_drained(self, event: SendDrained) -> None:
         c = self._connection(event.conn)
         c.blocked = False
         if c.session is not None:
-            self._set_paused(c.session, False)
+            self._sync_session(c.session)
 
     # -- time -----------------------------------------------------------------------------------
 

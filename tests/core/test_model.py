@@ -179,6 +179,7 @@ class MProc:
         self.timed_out = False
         self.abandoned = False
         self.paused = False
+        self.held = False  # detached: the log drops nothing, output pauses when it is full
 
     @property
     def live(self) -> bool:
@@ -197,6 +198,13 @@ class MProc:
     def append_output(self, seq: int, size: int, config: Config) -> None:
         self.log.append(seq)
         self.log_bytes += size
+        if not self.held:
+            self.trim(config)
+
+    def full(self, config: Config) -> bool:
+        return self.log_bytes >= config.retention_bytes or len(self.log) >= config.retention_chunks
+
+    def trim(self, config: Config) -> None:
         # Newest chunks are kept, never the newest one dropped (PROTOCOL.md "Retention").
         while len(self.log) > 1 and (
             self.log_bytes > config.retention_bytes or len(self.log) > config.retention_chunks
@@ -212,11 +220,15 @@ class MProc:
             return True
         return self.phase == EXITED and after < self.next_seq - 1
 
-    def read_result(
-        self, after: int, max_bytes: int | None, view: tuple[Any, ...]
-    ) -> dict[str, Any]:
-        phase, next_seq, exit_code, abandoned = view
-        chunks = [s for s in self.log if s > after]
+    def snapshot(self) -> tuple[tuple[int, ...], int]:
+        """The log as a read sees it: retained seqs and dropped bytes."""
+        return tuple(self.log), self.dropped_bytes
+
+    def take(
+        self, after: int, max_bytes: int | None, log: tuple[int, ...]
+    ) -> tuple[list[int], bool]:
+        """The seqs a read returns, and whether max_bytes cut it short."""
+        chunks = [s for s in log if s > after]
         taken: list[int] = []
         total = 0
         for s in chunks:
@@ -224,7 +236,15 @@ class MProc:
             if max_bytes is not None and taken and total > max_bytes:
                 break
             taken.append(s)
-        truncated = len(taken) < len(chunks)
+        return taken, len(taken) < len(chunks)
+
+    def read_result(
+        self, after: int, max_bytes: int | None, view: tuple[Any, ...],
+        snapshot: tuple[tuple[int, ...], int],
+    ) -> dict[str, Any]:
+        phase, next_seq, exit_code, abandoned = view
+        log, dropped_bytes = snapshot
+        taken, truncated = self.take(after, max_bytes, log)
         return {
             "chunks": [
                 {"seq": s, "stream": self.expected[s][1], "chunk": b64(self.expected[s][2])}
@@ -236,8 +256,8 @@ class MProc:
             "closed": phase == CLOSED,
             "failure": "<abandoned>" if abandoned else None,
             "sandboxDenied": False,
-            "firstRetainedSeq": self.log[0] if self.log else next_seq,
-            "droppedBytes": self.dropped_bytes,
+            "firstRetainedSeq": log[0] if log else next_seq,
+            "droppedBytes": dropped_bytes,
         }
 
 
@@ -459,6 +479,8 @@ class CoreModel(RuleBasedStateMachine):
         assert exp is not None
         allow_pre = exp.allow_pre
         pre = self.pre_views.get(proc.handle)
+        # The log as it is when the read is answered: a release later in the step may trim it.
+        snapshot = proc.snapshot()
 
         def check(msg: dict[str, Any]) -> None:
             assert "result" in msg, msg
@@ -466,9 +488,9 @@ class CoreModel(RuleBasedStateMachine):
             if result["failure"] is not None:
                 assert isinstance(result["failure"], str) and result["failure"]
                 result["failure"] = "<abandoned>"
-            candidates = [proc.read_result(read.after, read.max_bytes, proc.view())]
+            candidates = [proc.read_result(read.after, read.max_bytes, proc.view(), snapshot)]
             if allow_pre and pre is not None:
-                candidates.append(proc.read_result(read.after, read.max_bytes, pre))
+                candidates.append(proc.read_result(read.after, read.max_bytes, pre, snapshot))
             assert result in candidates, (
                 f"read of {proc.pid} after {read.after} max {read.max_bytes}:\n"
                 f" got      {result}\n expected {candidates[0]}"
@@ -476,6 +498,14 @@ class CoreModel(RuleBasedStateMachine):
             self._observe_read(proc, msg["result"])
 
         self._expect_response(read.conn, read.msg_id, check)
+        if proc.held and not proc.take(read.after, read.max_bytes, snapshot[0])[1]:
+            # Everything held was read back: the log may drop again.
+            self._release(proc)
+
+    def _release(self, proc: MProc) -> None:
+        proc.held = False
+        proc.trim(self.config)
+        self._sync(proc)
 
     def _emit(self, action: Action) -> None:
         assert self.exp is not None
@@ -495,19 +525,31 @@ class CoreModel(RuleBasedStateMachine):
                 self.stats["long poll woken"] += 1
                 self._expect_read(read)
 
-    def _set_paused(self, session: MSession, paused: bool) -> None:
-        # Only spawned, unfinalized processes have pipes to pause; one still starting is paused
+    def _should_pause(self, proc: MProc) -> bool:
+        """Output waits while the client is blocked, or while a held log is full."""
+        conn = proc.session.conn
+        blocked = conn is not None and conn.blocked
+        return blocked or (proc.held and proc.full(self.config))
+
+    def _sync(self, proc: MProc) -> None:
+        # Only spawned, unfinalized processes have pipes to pause; one still starting is synced
         # when its spawn is reported.
+        paused = self._should_pause(proc)
+        if proc.phase in (RUNNING, EXITED) and proc.paused != paused:
+            proc.paused = paused
+            kind = PauseOutput if paused else ResumeOutput
+            self._emit(kind(proc=proc.handle))
+
+    def _sync_session(self, session: MSession) -> None:
         for proc in session.procs.values():
-            if proc.phase in (RUNNING, EXITED) and proc.paused != paused:
-                proc.paused = paused
-                kind = PauseOutput if paused else ResumeOutput
-                self._emit(kind(proc=proc.handle))
+            self._sync(proc)
 
     def _terminate(self, proc: MProc) -> None:
         if proc.terminating or proc.phase == CLOSED:
             return
         proc.terminating = True
+        if proc.held:
+            self._release(proc)
         if proc.phase == RUNNING:
             self._emit(Signal(proc=proc.handle, signal="TERM"))
             proc.kill_at = self.now + self.config.kill_grace
@@ -545,14 +587,18 @@ class CoreModel(RuleBasedStateMachine):
                 if read.conn is c:
                     del self.reads[msg_id]  # cancelled: never answered
             if c.session is not None:
-                self._set_paused(c.session, False)
                 c.session.conn = None
                 c.session.detached_at = self.now
+                for proc in c.session.procs.values():
+                    if proc.phase in (STARTING, RUNNING, EXITED) and not proc.terminating:
+                        proc.held = True
+                        self.stats["held"] += 1
+                self._sync_session(c.session)
         elif isinstance(event, (SendBlocked, SendDrained)):
             c = self.conns[event.conn]
             c.blocked = isinstance(event, SendBlocked)
             if c.session is not None:
-                self._set_paused(c.session, c.blocked)
+                self._sync_session(c.session)
         elif isinstance(event, MessageReceived):
             self._predict_message(self.conns[event.conn], json.loads(event.data))
         elif isinstance(event, ProcessSpawned):
@@ -572,6 +618,9 @@ class CoreModel(RuleBasedStateMachine):
                     {"processId": proc.pid, "stream": event.stream, "seq": seq,
                      "chunk": b64(event.data)},
                 )
+                if proc.held and not proc.paused and proc.full(self.config):
+                    self.stats["held full"] += 1
+                    self._sync(proc)
                 self._wake(proc)
         elif isinstance(event, StreamClosed):
             proc = self.procs[event.proc]
@@ -596,10 +645,7 @@ class CoreModel(RuleBasedStateMachine):
         if proc.terminating:
             proc.terminating = False
             self._terminate(proc)
-        owner = proc.session.conn
-        if owner is not None and owner.blocked:
-            proc.paused = True
-            self._emit(PauseOutput(proc=proc.handle))
+        self._sync(proc)
 
     def _predict_spawn_failed(self, proc: MProc, event: SpawnFailed) -> None:
         assert proc.phase == STARTING
@@ -767,6 +813,7 @@ class CoreModel(RuleBasedStateMachine):
         c.session = session
         c.state = "initializing"
         self._expect_result(c, msg_id, {"sessionId": session.sid, "environmentInfo": {}})
+        self._sync_session(session)
 
     def _predict_start(
         self, c: MConn, session: MSession, msg_id: int, params: dict[str, Any]
@@ -1296,16 +1343,15 @@ class CoreModel(RuleBasedStateMachine):
         assert not self._due(), f"due at {self.now} and never ticked: {self._due()}"
 
     @invariant()
-    def output_paused_iff_client_blocked(self) -> None:
+    def output_paused_iff_blocked_or_held_full(self) -> None:
         if self.h is None:
             return
         for handle, proc in self.procs.items():
             if proc.live and proc.spawn_outcome == "spawned":
-                conn = proc.session.conn
-                blocked = conn is not None and conn.blocked
-                assert self.actual_paused.get(handle, False) == blocked, (
+                want = self._should_pause(proc)
+                assert self.actual_paused.get(handle, False) == want, (
                     f"process {proc.pid}: paused={self.actual_paused.get(handle, False)}, "
-                    f"its client blocked={blocked}"
+                    f"should be {want}"
                 )
 
     def teardown(self) -> None:

@@ -525,6 +525,95 @@ def test_detaching_an_unblocked_connection_sends_no_resume() -> None:
     assert h.disconnect(1) == []
 
 
+# -- held output: a detached session drops nothing -------------------------------------------
+
+
+def held(retention: int = 10) -> tuple[Harness, int]:
+    """A detached session with one running process whose retention is ``retention`` bytes."""
+    h = ready(Config(retention_bytes=retention))
+    proc = h.start(1, "p")
+    h.disconnect(1)
+    return h, proc
+
+
+def test_detached_output_pauses_when_the_log_is_full_instead_of_dropping() -> None:
+    h, proc = held()
+    assert h.output(proc, "stdout", b"12345") == []
+    assert h.output(proc, "stdout", b"67890") == [PauseOutput(proc=proc)]
+    # Chunks the adapter read before it paused are kept too, past the bound.
+    assert h.output(proc, "stdout", b"late") == []
+    resume(h, 2, "session-1")
+    assert h.of_type(ResumeOutput) == []  # still full, and not yet read back
+    reply = h.call(2, "process/read", {"processId": "p"})
+    assert chunks(reply) == [
+        (1, "stdout", b"12345"), (2, "stdout", b"67890"), (3, "stdout", b"late")
+    ]
+    assert reply["result"]["droppedBytes"] == 0
+    assert h.of_type(ResumeOutput) == [ResumeOutput(proc=proc)]
+    # Read back: the log is bounded again, and drops what the client already has.
+    h.output(proc, "stdout", b"more")
+    reply = h.call(2, "process/read", {"processId": "p"})
+    assert chunks(reply) == [(3, "stdout", b"late"), (4, "stdout", b"more")]
+    assert reply["result"]["droppedBytes"] == 10
+
+
+def test_a_read_cut_short_by_max_bytes_keeps_the_output_held() -> None:
+    h, proc = held()
+    h.output(proc, "stdout", b"12345")
+    h.output(proc, "stdout", b"67890")
+    resume(h, 2, "session-1")
+    reply = h.call(2, "process/read", {"processId": "p", "maxBytes": 5})
+    assert chunks(reply) == [(1, "stdout", b"12345")]
+    assert h.of_type(ResumeOutput) == []
+    reply = h.call(2, "process/read", {"processId": "p", "afterSeq": 1})
+    assert chunks(reply) == [(2, "stdout", b"67890")]
+    assert h.of_type(ResumeOutput) == [ResumeOutput(proc=proc)]
+
+
+def test_output_on_a_resumed_session_stays_held_until_read_back() -> None:
+    h, proc = held()
+    resume(h, 2, "session-1")
+    h.output(proc, "stdout", b"1234567890")  # notified live, yet the log still holds it
+    assert h.of_type(PauseOutput) == [PauseOutput(proc=proc)]
+    h.call(2, "process/read", {"processId": "p", "afterSeq": 1})
+    assert h.of_type(ResumeOutput) == [ResumeOutput(proc=proc)]
+
+
+def test_a_long_poll_answered_in_full_releases_the_hold() -> None:
+    h, proc = held()
+    resume(h, 2, "session-1")
+    read_id = h.request(2, "process/read", {"processId": "p", "waitMs": 5000})
+    actions = h.output(proc, "stdout", b"1234567890")
+    assert actions[-1] == ResumeOutput(proc=proc)
+    assert chunks(h.response(2, read_id) or {}) == [(1, "stdout", b"1234567890")]
+
+
+def test_terminating_a_held_process_releases_it_so_its_pipes_drain() -> None:
+    h, proc = held()
+    h.output(proc, "stdout", b"1234567890")
+    resume(h, 2, "session-1")
+    terminate = {"id": 99, "method": "process/terminate", "params": {"processId": "p"}}
+    actions = [a for a in h.send(2, terminate) if not isinstance(a, Send)]
+    assert actions == [ResumeOutput(proc=proc), Signal(proc=proc, signal="TERM")]
+
+
+def test_an_expired_session_releases_its_held_processes() -> None:
+    h, proc = held()
+    h.output(proc, "stdout", b"1234567890")
+    actions = h.advance(TTL)
+    assert actions[:2] == [ResumeOutput(proc=proc), Signal(proc=proc, signal="TERM")]
+
+
+def test_a_process_terminating_when_its_client_leaves_is_not_held() -> None:
+    h = ready(Config(retention_bytes=10))
+    proc = h.start(1, "p")
+    h.call(1, "process/terminate", {"processId": "p"})
+    h.disconnect(1)
+    assert h.output(proc, "stdout", b"1234567890") == []
+    assert h.output(proc, "stdout", b"more") == []
+    assert h.of_type(PauseOutput) == []
+
+
 def test_flow_control_on_a_connection_without_a_session_does_nothing() -> None:
     h = Harness()
     h.connect(1)

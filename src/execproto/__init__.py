@@ -1,7 +1,8 @@
 """execproto: the Codex exec-server protocol as a pure, I/O-free state machine.
 
-Feed `ServerCore.handle` events and a time; carry out the actions it returns. Adapters that bind
-it to real processes and websockets live in `execproto.adapters`.
+Feed `ServerCore.handle` events and a time; carry out the actions it returns. `ClientCore` is
+the client side, in the same style. Adapters that bind them to real processes and websockets
+live in `execproto.adapters`.
 """
 
 from ._actions import (
@@ -21,6 +22,22 @@ from ._actions import (
     Spawn,
     SpawnSpec,
     WriteStdin,
+)
+from ._client import ClientCore, ClientState
+from ._client_events import (
+    CONNECTION_LOST,
+    ClientEvent,
+    Closed,
+    Exited,
+    Failure,
+    HandshakeFailed,
+    HttpBodyDelta,
+    Output,
+    OutputLost,
+    Ready,
+    Response,
+    ServerMisbehaved,
+    SessionLost,
 )
 from ._config import Config, Host
 from ._env import EnvPolicy, child_environment
@@ -50,32 +67,45 @@ from ._server import ServerCore
 from ._trace import Recorder, ReplayResult, replay
 
 __all__ = [
+    "CONNECTION_LOST",
     "Action",
     "CancelHttp",
+    "ClientCore",
+    "ClientEvent",
+    "ClientState",
     "CloseConnection",
     "CloseStdin",
+    "Closed",
     "Config",
     "ConnectionClosed",
     "ConnectionOpened",
     "EnvPolicy",
     "Event",
+    "Exited",
+    "Failure",
     "Finalize",
     "FinalizeFailed",
     "FsCompleted",
     "FsRequest",
+    "HandshakeFailed",
     "Host",
+    "HttpBodyDelta",
     "HttpBodyReceived",
     "HttpFinished",
     "HttpRequest",
     "HttpResponded",
     "LocalProtocolError",
     "MessageReceived",
+    "Output",
+    "OutputLost",
     "OutputReceived",
     "PauseOutput",
     "ProcessExited",
     "ProcessSpawned",
+    "Ready",
     "Recorder",
     "ReplayResult",
+    "Response",
     "ResumeOutput",
     "RpcError",
     "RunFs",
@@ -84,6 +114,8 @@ __all__ = [
     "SendBlocked",
     "SendDrained",
     "ServerCore",
+    "ServerMisbehaved",
+    "SessionLost",
     "Shutdown",
     "Signal",
     "Spawn",

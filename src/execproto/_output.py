@@ -83,6 +83,20 @@ class OutputLog:
         if self._over():
             self._trim()
 
+    def discard_through(self, seq: int) -> None:
+        """Drop every chunk up to ``seq``: the client acknowledged it. Counted as dropped,
+        since a reader from an earlier seq can no longer have it."""
+        chunks = self._chunks
+        head = self._head
+        while head < len(chunks) and chunks[head][0] <= seq:
+            size = len(chunks[head][2])
+            head += 1
+            self.retained_bytes -= size
+            self.dropped_bytes += size
+            self.dropped_chunks += 1
+        self._head = head
+        self._compact()
+
     def _over(self) -> bool:
         return (
             self.retained_bytes > self._max_bytes
@@ -102,11 +116,15 @@ class OutputLog:
             self.retained_bytes -= size
             self.dropped_bytes += size
             self.dropped_chunks += 1
-        if head > 1024 and head * 2 > len(chunks):
-            del chunks[:head]
-            del self._seqs[:head]
-            head = 0
         self._head = head
+        self._compact()
+
+    def _compact(self) -> None:
+        head = self._head
+        if head > 1024 and head * 2 > len(self._chunks):
+            del self._chunks[:head]
+            del self._seqs[:head]
+            self._head = 0
 
     def read(self, after_seq: int, max_bytes: int | None) -> tuple[list[Chunk], bool]:
         """Retained chunks with seq > after_seq, and whether max_bytes cut the list short.

@@ -109,6 +109,7 @@ class Fields:
 class InitializeParams:
     client_name: str
     resume_session_id: str | None
+    output_acks: bool  # execproto's: the client acknowledges output (see `process/ack`)
 
 
 def initialize(params: Any) -> InitializeParams:
@@ -116,6 +117,7 @@ def initialize(params: Any) -> InitializeParams:
     return InitializeParams(
         client_name=fields.text("clientName"),
         resume_session_id=fields.opt_text("resumeSessionId"),
+        output_acks=fields.flag("outputAcks", default=False),
     )
 
 
@@ -191,6 +193,17 @@ def read(params: Any) -> ReadParams:
         max_bytes=fields.opt_uint("maxBytes"),
         wait_ms=fields.opt_uint("waitMs") or 0,
     )
+
+
+@attrs.frozen(kw_only=True)
+class AckParams:
+    process_id: str
+    seq: int
+
+
+def ack(params: Any) -> AckParams:
+    fields = Fields(params, "AckParams")
+    return AckParams(process_id=fields.text("processId"), seq=fields.uint("seq"))
 
 
 @attrs.frozen(kw_only=True)

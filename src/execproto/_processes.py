@@ -64,6 +64,8 @@ class ProcessHandlers(CoreState):
             retention_bytes=self.config.retention_bytes,
             retention_chunks=self.config.retention_chunks,
         )
+        if session.acks:
+            process.hold()
         session.processes[p.process_id] = process
         self._procs[handle] = process
         c.starts[handle] = msg_id
@@ -95,6 +97,16 @@ class ProcessHandlers(CoreState):
         process.readers[token] = read
         c.reads[token] = read
         self._set_timer(("read", read), p.wait_ms / 1000)
+
+    def _process_ack(
+        self, c: Connection, session: Session, msg_id: Id, p: _params.AckParams
+    ) -> None:
+        process = session.processes.get(p.process_id)
+        # An unknown process is no error: an ack may race the process's eviction.
+        if process is not None:
+            process.log.discard_through(p.seq)
+            self._sync_paused(process)
+        self._respond(c.conn, msg_id, {})
 
     def _process_write(
         self, c: Connection, session: Session, msg_id: Id, p: _params.WriteParams
@@ -305,7 +317,7 @@ class ProcessHandlers(CoreState):
     ) -> None:
         result, truncated = _read_result(process, after_seq, max_bytes)
         self._respond(conn, msg_id, result)
-        if process.held and not truncated:
+        if process.held and not truncated and not process.session.acks:
             # The client has read back everything held for it: the log may drop again.
             process.release()
             self._sync_paused(process)

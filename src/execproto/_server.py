@@ -114,6 +114,7 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
             "process/write": Method("exec", _params.write, self._process_write),
             "process/signal": Method("exec", _params.signal, self._process_signal),
             "process/terminate": Method("exec", _params.terminate, self._process_terminate),
+            "process/ack": Method("exec", _params.ack, self._process_ack),
             "environment/info": Method("environment info", _params.unit, self._environment_info),
             "http/request": Method("http", parse_http, self._http_run),
             **{name: _fs_method(name, self._fs_run) for name in _FS_METHODS},
@@ -266,13 +267,22 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
         session.conn = c.conn
         c.session = session
         c.handshake = Handshake.INITIALIZING
+        session.acks = p.output_acks
+        if p.output_acks:
+            for process in session.processes.values():
+                if process.proc in self._procs and not process.terminating:
+                    process.hold()
         # The connection may have filled up on early error answers: then the output must wait.
         self._sync_session(session)
-        self._respond(
-            c.conn,
-            msg_id,
-            {"sessionId": session.session_id, "environmentInfo": self.host.environment_info},
-        )
+        result: dict[str, Any] = {
+            "sessionId": session.session_id,
+            "environmentInfo": self.host.environment_info,
+        }
+        if p.output_acks:
+            # How much unacknowledged output a process may have before it is paused.
+            window = {"bytes": self.config.retention_bytes, "chunks": self.config.retention_chunks}
+            result["outputAcks"] = window
+        self._respond(c.conn, msg_id, result)
 
     # -- flow control ---------------------------------------------------------------------------
 

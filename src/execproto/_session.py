@@ -19,11 +19,13 @@ class Handshake(enum.Enum):
 
 
 class Session:
-    __slots__ = ("session_id", "conn", "processes")
+    __slots__ = ("session_id", "conn", "processes", "acks")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.conn: int | None = None
+        # The client acknowledges output: every log holds what is not yet acknowledged.
+        self.acks = False
         # processId -> process. A closed process stays here (readable) until it is evicted.
         self.processes: dict[str, Process] = {}
 

@@ -614,6 +614,67 @@ def test_a_process_terminating_when_its_client_leaves_is_not_held() -> None:
     assert h.of_type(PauseOutput) == []
 
 
+# -- output acks (execproto's extension) ---------------------------------------------------------
+
+
+def acking(retention: int = 10) -> tuple[Harness, int]:
+    h = Harness(Config(retention_bytes=retention, retention_chunks=100))
+    h.connect(1)
+    h.call(1, "initialize", {"clientName": "t", "outputAcks": True})
+    h.send(1, {"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    return h, h.start(1, "p")
+
+
+def test_initialize_with_output_acks_reports_the_window() -> None:
+    h = Harness(Config(retention_bytes=10, retention_chunks=100))
+    h.connect(1)
+    reply = h.call(1, "initialize", {"clientName": "t", "outputAcks": True})
+    assert reply["result"]["outputAcks"] == {"bytes": 10, "chunks": 100}
+    plain = ready()
+    assert "outputAcks" not in plain.messages(1)[0]["result"]
+
+
+def test_unacknowledged_output_is_kept_and_pauses_the_process_when_full() -> None:
+    h, proc = acking()
+    h.output(proc, "stdout", b"12345")
+    assert h.output(proc, "stdout", b"67890")[-1] == PauseOutput(proc=proc)
+    # Reading it all does not release it: only an ack does.
+    h.call(1, "process/read", {"processId": "p"})
+    assert h.of_type(ResumeOutput) == []
+    assert h.call(1, "process/ack", {"processId": "p", "seq": 1})["result"] == {}
+    assert h.of_type(ResumeOutput) == [ResumeOutput(proc=proc)]
+    reply = h.call(1, "process/read", {"processId": "p"})
+    assert chunks(reply) == [(2, "stdout", b"67890")]
+    assert reply["result"]["firstRetainedSeq"] == 2
+
+
+def test_an_ack_for_an_unknown_process_is_answered_and_ignored() -> None:
+    h, _ = acking()
+    assert h.call(1, "process/ack", {"processId": "nope", "seq": 3})["result"] == {}
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"processId": "p"}, "missing field `seq`"),
+        ({"processId": "p", "seq": -1}, "invalid number"),
+        ({"seq": 1}, "missing field `processId`"),
+    ],
+)
+def test_a_malformed_ack_is_invalid_params(params: dict[str, Any], message: str) -> None:
+    h, _ = acking()
+    assert error(h.call(1, "process/ack", params)) == (-32602, message)
+
+
+def test_resuming_without_acks_keeps_the_output_held_until_read_back() -> None:
+    h, proc = acking()
+    h.output(proc, "stdout", b"1234567890")
+    h.disconnect(1)
+    resume(h, 2, "session-1")
+    h.call(2, "process/read", {"processId": "p"})
+    assert h.of_type(ResumeOutput) == [ResumeOutput(proc=proc)]
+
+
 def test_flow_control_on_a_connection_without_a_session_does_nothing() -> None:
     h = Harness()
     h.connect(1)

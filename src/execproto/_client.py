@@ -1,0 +1,514 @@
+"""`ClientCore`: the client side of the exec-server protocol, with no I/O.
+
+It builds requests, matches answers to calls, and keeps each process's events in seq order,
+delivering every output chunk, the exit and the close exactly once. When the connection drops,
+the adapter opens a new one and the core resumes the session: it sends ``initialize`` with the
+session id, reads every unfinished process back from the last seq it delivered, and sends again
+the calls that are safe to repeat. Feed it frames with `receive`, tell it about connections with
+`connection_made` / `connection_lost`, and send what `data_to_send` returns.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import json
+from typing import Any
+
+from ._client_events import (
+    CONNECTION_LOST,
+    ClientEvent,
+    Closed,
+    Exited,
+    Failure,
+    HandshakeFailed,
+    HttpBodyDelta,
+    Output,
+    OutputLost,
+    Ready,
+    Response,
+    ServerMisbehaved,
+    SessionLost,
+)
+from ._errors import INVALID_REQUEST, SESSION_ATTACHED, LocalProtocolError
+from ._paths import uri_from_path
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+# Whether a call may be sent again after a reconnect, when it may or may not have been served.
+# A start is safe because a repeat that finds the process already there counts as its success;
+# a write because the server skips a writeId it has seen. A signal is not: it would signal twice.
+_RETRY_SAFE = {
+    "process/start": True,
+    "process/read": True,
+    "process/write": True,
+    "process/signal": False,
+    "process/terminate": True,
+    "environment/info": True,
+    "fs/readFile": True,
+    "fs/writeFile": True,
+    "fs/createDirectory": True,
+    "fs/getMetadata": True,
+    "fs/canonicalize": True,
+    "fs/readDirectory": True,
+    "fs/remove": True,
+    "fs/copy": True,
+    "fs/open": False,
+    "fs/readBlock": True,
+    "fs/close": True,
+    "http/request": False,
+}
+
+
+class ClientState(enum.Enum):
+    DISCONNECTED = "disconnected"  # no connection; calls wait for the next one
+    HANDSHAKING = "handshaking"  # initialize sent
+    READY = "ready"
+    LOST = "lost"  # the session is gone for good
+
+
+class _Call:
+    __slots__ = ("id", "method", "params", "retry", "sent_before", "catch_up", "internal")
+
+    def __init__(self, call_id: int, method: str, params: Any, retry: bool) -> None:
+        self.id = call_id
+        self.method = method
+        self.params = params
+        self.retry = retry
+        self.sent_before = False  # sent on a connection that dropped before the answer
+        self.catch_up: str | None = None  # the process a read of the core's own is for
+        self.internal = False  # an ack: its answer matters to nobody
+
+
+# A process event as the client holds it until its turn: ("output", stream, data),
+# ("exited", exit_code) or ("closed", failure).
+_Item = tuple[Any, ...]
+
+
+class _Track:
+    """One process as this client has seen it."""
+
+    __slots__ = (
+        "cursor", "pending", "started", "exited", "exit_code", "reading", "unacked", "acked"
+    )
+
+    def __init__(self, started: bool) -> None:
+        self.cursor = 0  # every event up to this seq has been delivered
+        self.pending: dict[int, _Item] = {}  # events that arrived ahead of a gap
+        self.started = started  # the server answered its start: it can be read back
+        self.exited = False
+        self.exit_code: int | None = None
+        self.reading = False  # a catch-up read is in flight
+        self.unacked = [0, 0]  # bytes and chunks delivered since the last ack
+        self.acked = 0  # the seq of the last ack sent
+
+
+class ClientCore:
+    """One client session. ``instance`` must be unique to this client (a random hex string
+    from the adapter): it makes writeIds that no other client of the session can repeat."""
+
+    def __init__(self, instance: str, client_name: str = "execproto", *, acks: bool = True) -> None:
+        self.instance = instance
+        self.client_name = client_name
+        self.acks = acks
+        # The server's ack window (bytes, chunks) when it takes acks: see `_maybe_ack`.
+        self._ack_window: tuple[int, int] | None = None
+        self.state = ClientState.DISCONNECTED
+        self.session_id: str | None = None
+        self.environment_info: Any = None
+        self._next_id = 1
+        self._next_write = 1
+        self._outbox: list[bytes] = []
+        self._inflight: dict[int, _Call] = {}
+        self._waiting: list[_Call] = []  # calls made while not READY, sent once it is
+        self._tracks: dict[str, _Track] = {}
+
+    # -- the connection -------------------------------------------------------------------------
+
+    def connection_made(self) -> None:
+        """A new connection is open: start the handshake (resuming the session if there is one)."""
+        if self.state is ClientState.LOST:
+            raise LocalProtocolError("the session is lost; start a new client")
+        if self.state is not ClientState.DISCONNECTED:
+            raise LocalProtocolError(f"connection_made while {self.state.value}")
+        params: dict[str, Any] = {"clientName": self.client_name}
+        if self.session_id is not None:
+            params["resumeSessionId"] = self.session_id
+        if self.acks:
+            # execproto's extension, ignored by servers without it: output this client has not
+            # acknowledged stays retained, so a dropped connection loses nothing in flight.
+            params["outputAcks"] = True
+        self.state = ClientState.HANDSHAKING
+        self._send(self._new_call("initialize", params, retry=False))
+
+    def connection_lost(self) -> list[ClientEvent]:
+        """The connection is gone. Calls that are safe to repeat wait for the next connection;
+        the others fail with `CONNECTION_LOST`, since they may or may not have been served."""
+        events: list[ClientEvent] = []
+        self._outbox.clear()
+        if self.state is not ClientState.LOST:
+            self.state = ClientState.DISCONNECTED
+        for call in sorted(self._inflight.values(), key=lambda c: c.id, reverse=True):
+            if call.catch_up is not None:
+                track = self._tracks.get(call.catch_up)
+                if track is not None:
+                    track.reading = False  # read again after the resume
+            elif call.method == "initialize" or call.internal:
+                pass
+            elif call.retry and self.state is not ClientState.LOST:
+                call.sent_before = True
+                self._waiting.insert(0, call)
+            else:
+                events.append(_lost(call, "the connection closed before the answer"))
+        self._inflight.clear()
+        events.reverse()
+        return events
+
+    def data_to_send(self) -> list[bytes]:
+        """Frames to send, in order; each is one websocket text message (or one stdio line)."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    def request(self, method: str, params: Any = None, *, retry: bool | None = None) -> int:
+        """Queue a call; return its id. ``retry`` overrides whether it is sent again after a
+        reconnect (the default is per method: see ``_RETRY_SAFE``)."""
+        if self.state is ClientState.LOST:
+            raise LocalProtocolError("the session is lost; start a new client")
+        if retry is None:
+            retry = _RETRY_SAFE.get(method, False)
+        call = self._new_call(method, {} if params is None else params, retry)
+        if self.state is ClientState.READY:
+            self._send(call)
+        else:
+            self._waiting.append(call)
+        return call.id
+
+    def start(
+        self,
+        process_id: str,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: dict[str, str] | None = None,
+        tty: bool = False,
+        pipe_stdin: bool = False,
+        arg0: str | None = None,
+        env_policy: dict[str, Any] | None = None,
+    ) -> int:
+        """``process/start``; ``cwd`` is a path on the server's host. Its events are tracked
+        from now on, so none that arrive before the answer are lost."""
+        if process_id in self._tracks:
+            raise LocalProtocolError(f"process id {process_id} is already in use by this client")
+        params: dict[str, Any] = {
+            "processId": process_id,
+            "argv": list(argv),
+            "cwd": uri_from_path(cwd),
+            "env": dict(env or {}),
+            "tty": tty,
+            "pipeStdin": pipe_stdin,
+        }
+        if arg0 is not None:
+            params["arg0"] = arg0
+        if env_policy is not None:
+            params["envPolicy"] = env_policy
+        self._tracks[process_id] = _Track(started=False)
+        return self.request("process/start", params)
+
+    def write(self, process_id: str, data: bytes, *, close_stdin: bool = False) -> int:
+        """``process/write`` with a fresh writeId, so a repeat after a reconnect writes once."""
+        write_id = f"{self.instance}-{self._next_write}"
+        self._next_write += 1
+        params: dict[str, Any] = {
+            "processId": process_id,
+            "chunk": base64.b64encode(data).decode("ascii"),
+            "writeId": write_id,
+        }
+        if close_stdin:
+            params["closeStdin"] = True
+        return self.request("process/write", params)
+
+    def interrupt(self, process_id: str) -> int:
+        return self.request("process/signal", {"processId": process_id, "signal": "interrupt"})
+
+    def terminate(self, process_id: str) -> int:
+        return self.request("process/terminate", {"processId": process_id})
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    def receive(self, data: bytes | str) -> list[ClientEvent]:
+        """One frame from the server; what it means, in order."""
+        events: list[ClientEvent] = []
+        try:
+            message = json.loads(data)
+        except ValueError as exc:
+            return [ServerMisbehaved(detail=f"not JSON: {exc}")]
+        if not isinstance(message, dict):
+            return [ServerMisbehaved(detail="not a JSON-RPC object")]
+        try:
+            if "method" in message:
+                self._on_notification(message["method"], message.get("params"), events)
+            else:
+                self._on_answer(message, events)
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+            events.append(ServerMisbehaved(detail=f"malformed {_summary(message)}: {exc!r}"))
+        return events
+
+    def _on_answer(self, message: dict[str, Any], events: list[ClientEvent]) -> None:
+        call = self._inflight.pop(message.get("id"), None)  # type: ignore[arg-type]
+        if call is None:
+            error = message.get("error")
+            detail = error.get("message") if isinstance(error, dict) else None
+            events.append(ServerMisbehaved(detail=f"answer to no call: {detail or message}"))
+            return
+        error = message.get("error")
+        if call.internal:
+            return
+        if call.method == "initialize":
+            self._on_initialized(call, message, events)
+        elif call.catch_up is not None:
+            self._on_catch_up(call.catch_up, message, events)
+        elif error is not None:
+            self._on_error(call, error, events)
+        else:
+            if call.method == "process/start":
+                self._mark_started(call.params["processId"])
+            events.append(Response(call_id=call.id, method=call.method, result=message["result"]))
+
+    def _on_error(self, call: _Call, error: dict[str, Any], events: list[ClientEvent]) -> None:
+        code, text = error["code"], error["message"]
+        if call.method == "process/start":
+            process_id = call.params["processId"]
+            if call.sent_before and code == INVALID_REQUEST and text.endswith("already exists"):
+                # The first send was served before the connection dropped.
+                self._mark_started(process_id)
+                result = {"processId": process_id, "sandboxType": "none"}
+                events.append(Response(call_id=call.id, method=call.method, result=result))
+                return
+            self._tracks.pop(process_id, None)
+        events.append(
+            Failure(
+                call_id=call.id, method=call.method, code=code, message=text, data=error.get("data")
+            )
+        )
+
+    def _on_initialized(
+        self, call: _Call, message: dict[str, Any], events: list[ClientEvent]
+    ) -> None:
+        error = message.get("error")
+        if error is not None:
+            code, text = error["code"], error["message"]
+            resuming = "resumeSessionId" in call.params
+            if resuming and code != SESSION_ATTACHED:
+                self._lose(text, events)
+                return
+            self.state = ClientState.DISCONNECTED
+            events.append(HandshakeFailed(code=code, message=text, retry=code == SESSION_ATTACHED))
+            return
+        result = message["result"]
+        resumed = self.session_id is not None
+        self.session_id = result["sessionId"]
+        self.environment_info = result.get("environmentInfo")
+        window = result.get("outputAcks") if self.acks else None
+        self._ack_window = (
+            (max(1, window["bytes"] // 4), max(1, window["chunks"] // 4)) if window else None
+        )
+        self.state = ClientState.READY
+        self._outbox.append(_dumps({"jsonrpc": "2.0", "method": "initialized", "params": {}}).encode())
+        events.append(Ready(session_id=result["sessionId"], resumed=resumed,
+                            environment_info=self.environment_info))
+        for process_id, track in self._tracks.items():
+            if track.started:
+                if self._ack_window is not None and track.cursor:
+                    self._ack(process_id, track)  # the last ack may have been lost in flight
+                self._catch_up(process_id, track)
+        waiting, self._waiting = self._waiting, []
+        for waiting_call in waiting:
+            self._send(waiting_call)
+
+    def _mark_started(self, process_id: str) -> None:
+        track = self._tracks.get(process_id)
+        if track is not None:  # else it has closed already
+            track.started = True
+
+    def _lose(self, why: str, events: list[ClientEvent]) -> None:
+        self.state = ClientState.LOST
+        events.append(SessionLost(message=why))
+        for call in [*self._inflight.values(), *self._waiting]:
+            if call.catch_up is None and call.method != "initialize":
+                events.append(_lost(call, f"the session is lost: {why}"))
+        self._inflight.clear()
+        self._waiting.clear()
+        self._tracks.clear()
+
+    # -- process events -------------------------------------------------------------------------
+
+    def _on_notification(self, method: str, params: Any, events: list[ClientEvent]) -> None:
+        if method == "http/request/bodyDelta":
+            events.append(
+                HttpBodyDelta(
+                    request_id=params["requestId"],
+                    seq=params["seq"],
+                    data=base64.b64decode(params.get("deltaBase64") or "", validate=True),
+                    done=params["done"],
+                    error=params.get("error"),
+                )
+            )
+            return
+        item: _Item
+        if method == "process/output":
+            item = ("output", params["stream"], base64.b64decode(params["chunk"], validate=True))
+        elif method == "process/exited":
+            item = ("exited", params["exitCode"])
+        elif method == "process/closed":
+            item = ("closed", None)
+        else:
+            events.append(ServerMisbehaved(detail=f"unknown notification {method}"))
+            return
+        process_id, seq = params["processId"], params["seq"]
+        if not isinstance(seq, int):
+            raise TypeError(f"seq {seq!r}")
+        track = self._tracks.get(process_id)
+        if track is None:  # started by an earlier client of this session: follow it too
+            track = self._tracks[process_id] = _Track(started=True)
+        if seq > track.cursor:
+            track.pending[seq] = item
+            self._advance(process_id, track, events)
+
+    def _advance(self, process_id: str, track: _Track, events: list[ClientEvent]) -> None:
+        """Deliver what is next in seq order; read back across a gap."""
+        pending = track.pending
+        while (item := pending.pop(track.cursor + 1, None)) is not None:
+            track.cursor += 1
+            self._deliver(process_id, track, item, events)
+            if process_id not in self._tracks:
+                return  # closed
+        if pending and not track.reading and self.state is ClientState.READY:
+            self._catch_up(process_id, track)
+
+    def _catch_up(self, process_id: str, track: _Track) -> None:
+        track.reading = True
+        params = {"processId": process_id, "afterSeq": track.cursor}
+        call = self._new_call("process/read", params, retry=False)
+        call.catch_up = process_id
+        self._send(call)
+
+    def _on_catch_up(
+        self, process_id: str, message: dict[str, Any], events: list[ClientEvent]
+    ) -> None:
+        track = self._tracks.get(process_id)
+        if track is None:
+            return  # closed meanwhile, by notifications that arrived before this answer
+        track.reading = False
+        if "error" in message:
+            # The server has forgotten the process: it closed while this client was away, and
+            # its entry outlived its lifetime. Whatever it did since the cursor is gone.
+            why = f"closed while the client was away and forgotten: {message['error']['message']}"
+            self._deliver(process_id, track, ("closed", why), events)
+            return
+        result = message["result"]
+        next_seq: int = result["nextSeq"]
+        items = dict(track.pending)
+        for chunk in result["chunks"]:
+            if chunk["seq"] > track.cursor:
+                data = base64.b64decode(chunk["chunk"], validate=True)
+                items.setdefault(chunk["seq"], ("output", chunk["stream"], data))
+        # The exit and the close take seqs but are not chunks: place them in the seqs the
+        # read skipped. Closed is always last; the exit is the newest other gap.
+        free = _free_seqs(items, track.cursor, next_seq)
+        if result["closed"] and free and free[0] == next_seq - 1:
+            items[free.pop(0)] = ("closed", result.get("failure"))
+        late_exit = None
+        if result["exited"] and not track.exited and not _has_exit(items):
+            if free:
+                items[free.pop(0)] = ("exited", result["exitCode"])
+            else:  # no seq left for it (not from a sound server): deliver it after the rest
+                late_exit = ("exited", result["exitCode"])
+        first = result.get("firstRetainedSeq")
+        if result.get("droppedBytes") and isinstance(first, int) and first > track.cursor + 1:
+            if any(track.cursor < seq < first for seq in _free_seqs(items, track.cursor, first)):
+                events.append(
+                    OutputLost(process_id=process_id, after_seq=track.cursor, before_seq=first)
+                )
+        track.pending = {seq: item for seq, item in items.items() if seq >= next_seq}
+        for seq in sorted(s for s in items if s < next_seq):
+            track.cursor = seq
+            self._deliver(process_id, track, items[seq], events)
+            if process_id not in self._tracks:
+                return
+        if late_exit is not None:
+            self._deliver(process_id, track, late_exit, events)
+        track.cursor = max(track.cursor, next_seq - 1)
+        self._advance(process_id, track, events)
+
+    def _deliver(
+        self, process_id: str, track: _Track, item: _Item, events: list[ClientEvent]
+    ) -> None:
+        kind = item[0]
+        if kind == "output":
+            events.append(Output(process_id=process_id, seq=track.cursor, stream=item[1],
+                                 data=item[2]))
+            if self._ack_window is not None:
+                track.unacked[0] += len(item[2])
+                track.unacked[1] += 1
+                bytes_due, chunks_due = self._ack_window
+                if track.unacked[0] >= bytes_due or track.unacked[1] >= chunks_due:
+                    self._ack(process_id, track)
+        elif kind == "exited":
+            if not track.exited:
+                track.exited, track.exit_code = True, item[1]
+                events.append(Exited(process_id=process_id, exit_code=item[1]))
+        else:
+            if not track.exited:  # never seen: the close implies it
+                events.append(Exited(process_id=process_id, exit_code=track.exit_code))
+            del self._tracks[process_id]
+            events.append(Closed(process_id=process_id, exit_code=track.exit_code,
+                                 failure=item[1]))
+
+    def _ack(self, process_id: str, track: _Track) -> None:
+        """Tell the server this client has everything up to the cursor, so it may drop it."""
+        track.unacked = [0, 0]
+        track.acked = track.cursor
+        if self.state is not ClientState.READY:
+            return  # the resume acks again
+        call = self._new_call("process/ack", {"processId": process_id, "seq": track.cursor}, False)
+        call.internal = True
+        self._send(call)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _new_call(self, method: str, params: Any, retry: bool) -> _Call:
+        call = _Call(self._next_id, method, params, retry)
+        self._next_id += 1
+        return call
+
+    def _send(self, call: _Call) -> None:
+        self._inflight[call.id] = call
+        message = {"jsonrpc": "2.0", "id": call.id, "method": call.method, "params": call.params}
+        self._outbox.append(_dumps(message).encode("utf-8", "surrogateescape"))
+
+
+def _free_seqs(items: dict[int, _Item], after: int, before: int) -> list[int]:
+    """Seqs in (after, before) not in ``items``, newest first. Walks down from ``before`` past
+    at most len(items) taken seqs, so a long run of dropped output costs nothing."""
+    free: list[int] = []
+    seq = before - 1
+    while seq > after and len(free) < 2:
+        if seq not in items:
+            free.append(seq)
+        seq -= 1
+    return free
+
+
+def _has_exit(items: dict[int, _Item]) -> bool:
+    return any(item[0] == "exited" for item in items.values())
+
+
+def _lost(call: _Call, why: str) -> Failure:
+    return Failure(call_id=call.id, method=call.method, code=CONNECTION_LOST, message=why)
+
+
+def _summary(message: dict[str, Any]) -> str:
+    return f"{message['method']} notification" if "method" in message else "answer"

@@ -1,0 +1,494 @@
+"""The execproto client on anyio: drive an exec-server from asyncio or trio.
+
+    async with connect("ws://127.0.0.1:8765") as ex:
+        proc = await ex.start(["make", "test"], cwd="/src/project")
+        async for chunk in proc.output():
+            print(chunk.stream, chunk.data)
+        result = await proc.wait()
+
+`ClientCore` does the protocol; this module moves its frames over a websocket, turns its events
+into awaitable results, and reconnects after a dropped connection, resuming the session within
+``resume_timeout`` so no output is lost.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import attrs
+
+from execproto import (
+    ClientCore,
+    ClientEvent,
+    ClientState,
+    Closed,
+    Exited,
+    Failure,
+    HandshakeFailed,
+    Output,
+    OutputLost,
+    Ready,
+    Response,
+    ServerMisbehaved,
+    SessionLost,
+    path_from_uri,
+    uri_from_path,
+)
+
+from ._wsclient import WebSocket
+
+log = logging.getLogger("execproto.client")
+
+# While someone iterates a process's output, a backlog this large stops the connection from
+# being read, so the server pauses the process instead of the client buffering without end.
+BACKLOG_BYTES = 8 << 20
+
+
+class ExecError(Exception):
+    """Base of the client's errors."""
+
+
+@attrs.frozen
+class RemoteError(ExecError):
+    """The server answered a call with a JSON-RPC error."""
+
+    code: int
+    message: str
+    data: Any = None
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.code})"
+
+
+class ConnectionLost(ExecError):
+    """The connection dropped and could not be resumed, or a call that cannot be repeated
+    safely was in flight when it dropped."""
+
+
+class SessionGone(ExecError):
+    """The server no longer has this client's session (it expired, or the server restarted)."""
+
+
+@attrs.frozen
+class Chunk:
+    stream: str  # "stdout", "stderr" or "pty"
+    data: bytes
+    seq: int
+
+
+@attrs.frozen
+class Result:
+    exit_code: int | None  # 128 + N when killed by signal N
+    failure: str | None  # why the process closed abnormally (e.g. pipes abandoned), if it did
+
+
+class _Waiter:
+    __slots__ = ("done", "value", "error")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def settle(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+        self.done.set()
+
+
+class Process:
+    """A process started on the server. Its events are kept from the start, in order."""
+
+    def __init__(self, client: Client, process_id: str) -> None:
+        self.process_id = process_id
+        self._client = client
+        self._chunks: deque[Chunk] = deque()
+        self._backlog = 0
+        self._readers = 0
+        self._changed = anyio.Event()
+        self.exit_code: int | None = None
+        self.exited = False
+        self.closed = False
+        self.failure: str | None = None
+        self.lost: list[OutputLost] = []  # output the server no longer had when asked for it
+        self._error: BaseException | None = None
+
+    async def output(self) -> AsyncIterator[Chunk]:
+        """Every chunk of output, in order, until the process closes."""
+        self._readers += 1
+        try:
+            while True:
+                while self._chunks:
+                    chunk = self._chunks.popleft()
+                    self._backlog -= len(chunk.data)
+                    self._notify()
+                    yield chunk
+                if self.closed:
+                    return
+                if self._error is not None:
+                    raise self._error
+                await self._wait()
+        finally:
+            self._readers -= 1
+            self._notify()
+
+    async def wait(self) -> Result:
+        """Wait until the process has closed (exited, and all its output is in)."""
+        while not self.closed:
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+        return Result(self.exit_code, self.failure)
+
+    async def write(self, data: bytes) -> None:
+        """Write to the process's stdin (started with ``pipe_stdin=True``, or a tty)."""
+        await self._write(data, close=False)
+
+    async def close_stdin(self) -> None:
+        """Close the process's stdin, so it reads EOF."""
+        await self._write(b"", close=True)
+
+    async def _write(self, data: bytes, close: bool) -> None:
+        while True:
+            reply = await self._client._call(
+                lambda core: core.write(self.process_id, data, close_stdin=close)
+            )
+            status = reply["status"]
+            if status == "accepted":
+                return
+            if status != "starting":
+                raise BrokenPipeError(f"stdin of process {self.process_id}: {status}")
+            await anyio.sleep(0.01)  # the server has not seen the spawn yet
+
+    async def interrupt(self) -> None:
+        """SIGINT to the process group, if it is still running."""
+        await self._client._call(lambda core: core.interrupt(self.process_id))
+
+    async def terminate(self) -> bool:
+        """Stop the process group (TERM, then KILL after the server's grace). Returns whether it
+        was running."""
+        reply = await self._client._call(lambda core: core.terminate(self.process_id))
+        return bool(reply["running"])
+
+    # -- fed by the client's receive loop ---------------------------------------------------------
+
+    def _notify(self) -> None:
+        self._changed.set()
+
+    async def _wait(self) -> None:
+        changed = self._changed
+        await changed.wait()
+        if self._changed is changed:
+            self._changed = anyio.Event()
+
+    def _on_output(self, event: Output) -> None:
+        self._chunks.append(Chunk(event.stream, event.data, event.seq))
+        self._backlog += len(event.data)
+        self._notify()
+
+    def _on_exited(self, event: Exited) -> None:
+        self.exited, self.exit_code = True, event.exit_code
+        self._notify()
+
+    def _on_closed(self, event: Closed) -> None:
+        self.exited = self.closed = True
+        self.exit_code, self.failure = event.exit_code, event.failure
+        self._notify()
+
+    def _fail(self, error: BaseException) -> None:
+        if not self.closed:
+            self._error = error
+            self._notify()
+
+    @property
+    def _backed_up(self) -> bool:
+        return self._readers > 0 and self._backlog > BACKLOG_BYTES
+
+
+class Client:
+    """A connection to an exec-server. Create it with `connect`."""
+
+    def __init__(
+        self, url: str, *, token: str | None, client_name: str, resume_timeout: float, acks: bool
+    ) -> None:
+        self.url = url
+        self.resume_timeout = resume_timeout
+        self._token = token
+        self._core = ClientCore(uuid.uuid4().hex, client_name, acks=acks)
+        self._ws: WebSocket | None = None
+        self._calls: dict[int, _Waiter] = {}
+        self._procs: dict[str, Process] = {}
+        self._next_process = 1
+        self._broken: BaseException | None = None
+        self._closing = False
+        self._handshake_error: str | None = None  # why the last initialize was refused
+
+    @property
+    def session_id(self) -> str | None:
+        return self._core.session_id
+
+    @property
+    def environment_info(self) -> Any:
+        return self._core.environment_info
+
+    # -- processes --------------------------------------------------------------------------------
+
+    async def start(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        inherit_env: str | None = "all",
+        tty: bool = False,
+        pipe_stdin: bool = False,
+        arg0: str | None = None,
+        process_id: str | None = None,
+    ) -> Process:
+        """Start ``argv`` on the server. ``cwd`` defaults to the server's working directory.
+
+        The environment starts from the server's own per ``inherit_env`` (``"all"``, ``"core"``
+        or ``"none"``; names matching ``*KEY*``, ``*SECRET*`` and ``*TOKEN*`` are always left
+        out), then ``env`` is laid over it. ``inherit_env=None`` sends no policy: the process
+        gets exactly ``env``.
+        """
+        if process_id is None:
+            process_id = f"{self._core.instance[:12]}-{self._next_process}"
+            self._next_process += 1
+        if cwd is None:
+            cwd = self._server_cwd()
+        policy = None
+        if inherit_env is not None:
+            policy = {"inherit": inherit_env, "ignoreDefaultExcludes": False, "exclude": [],
+                      "set": {}, "includeOnly": []}
+        proc = Process(self, process_id)
+        self._procs[process_id] = proc
+        try:
+            await self._call(lambda core: core.start(
+                process_id, argv, cwd=cwd, env=env, tty=tty, pipe_stdin=pipe_stdin, arg0=arg0,
+                env_policy=policy,
+            ))
+        except BaseException:
+            del self._procs[process_id]
+            raise
+        return proc
+
+    def _server_cwd(self) -> str:
+        info = self._core.environment_info
+        cwd = info.get("cwd") if isinstance(info, dict) else None
+        if not isinstance(cwd, str) or not cwd:
+            return "/"
+        return path_from_uri(cwd) if cwd.startswith("file:") else cwd
+
+    # -- the filesystem and the host --------------------------------------------------------------
+
+    async def environment(self) -> Any:
+        return await self.request("environment/info")
+
+    async def read_file(self, path: str) -> bytes:
+        reply = await self.request("fs/readFile", {"path": uri_from_path(path)})
+        return base64.b64decode(reply["dataBase64"])
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        params = {"path": uri_from_path(path), "dataBase64": base64.b64encode(data).decode()}
+        await self.request("fs/writeFile", params)
+
+    async def create_directory(self, path: str, *, recursive: bool = True) -> None:
+        await self.request("fs/createDirectory", {"path": uri_from_path(path),
+                                                  "recursive": recursive})
+
+    async def get_metadata(self, path: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self.request("fs/getMetadata", {"path": uri_from_path(path)})
+        return result
+
+    async def canonicalize(self, path: str) -> str:
+        reply = await self.request("fs/canonicalize", {"path": uri_from_path(path)})
+        return path_from_uri(reply["path"])
+
+    async def read_directory(self, path: str) -> list[dict[str, Any]]:
+        reply = await self.request("fs/readDirectory", {"path": uri_from_path(path)})
+        return list(reply["entries"])
+
+    async def remove(self, path: str, *, recursive: bool = True, force: bool = True) -> None:
+        await self.request("fs/remove", {"path": uri_from_path(path), "recursive": recursive,
+                                         "force": force})
+
+    async def copy(self, source: str, destination: str, *, recursive: bool = False) -> None:
+        await self.request("fs/copy", {"sourcePath": uri_from_path(source),
+                                       "destinationPath": uri_from_path(destination),
+                                       "recursive": recursive})
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        """Any method, with raw params; returns the raw result or raises `RemoteError`."""
+        return await self._call(lambda core: core.request(method, params))
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    async def _call(self, make: Any) -> Any:
+        if self._broken is not None:
+            raise self._broken
+        call_id: int = make(self._core)
+        waiter = self._calls[call_id] = _Waiter()
+        await self._flush()
+        await waiter.done.wait()
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.value
+
+    async def _flush(self) -> None:
+        frames = self._core.data_to_send()
+        ws = self._ws
+        if frames and ws is not None:
+            try:
+                await ws.send(frames)
+            except Exception:
+                # The receive loop sees the drop too; the core resends what is safe to resend.
+                log.debug("send failed; the connection is going", exc_info=True)
+
+    # -- the receive loop -------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        """Connect and complete the handshake, or raise."""
+        ws = await WebSocket.connect(self.url, token=self._token)
+        self._ws = ws
+        self._core.connection_made()
+        await self._flush()
+        while self._core.state is ClientState.HANDSHAKING:
+            message = await ws.receive()
+            if message is None:
+                break
+            self._dispatch(self._core.receive(message))
+            await self._flush()
+        if self._core.state is not ClientState.READY:
+            self._dispatch(self._core.connection_lost())
+            self._ws = None
+            await ws.aclose()
+            if self._broken is not None:
+                raise self._broken
+            raise ConnectionLost(self._handshake_error or "the server closed the connection")
+
+    async def _run(self) -> None:
+        while True:
+            ws = self._ws
+            assert ws is not None
+            while (message := await ws.receive()) is not None:
+                self._dispatch(self._core.receive(message))
+                await self._flush()
+                for proc in list(self._procs.values()):
+                    while proc._backed_up:  # hold the connection until the reader catches up
+                        await proc._wait()
+            self._ws = None
+            self._dispatch(self._core.connection_lost())
+            await ws.aclose()
+            if self._closing:
+                return
+            try:
+                await self._reconnect()
+            except TimeoutError:
+                self._break(ConnectionLost(
+                    f"the connection dropped and could not be resumed in {self.resume_timeout} s"
+                ))
+                return
+            except ExecError as error:
+                self._break(error)
+                return
+
+    async def _reconnect(self) -> None:
+        delay = 0.02
+        with anyio.fail_after(self.resume_timeout):
+            while True:
+                try:
+                    await self._open()
+                    log.info("resumed session %s", self.session_id)
+                    return
+                except (OSError, ConnectionLost) as error:
+                    log.debug("reconnect failed: %s", error)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _dispatch(self, events: list[ClientEvent]) -> None:
+        for event in events:
+            if isinstance(event, (Response, Failure)):
+                waiter = self._calls.pop(event.call_id, None)
+                if waiter is None:
+                    continue
+                if isinstance(event, Response):
+                    waiter.settle(event.result)
+                elif event.code == -1:
+                    waiter.settle(error=ConnectionLost(event.message))
+                else:
+                    waiter.settle(error=RemoteError(event.code, event.message, event.data))
+            elif isinstance(event, (Output, Exited, Closed, OutputLost)):
+                proc = self._procs.get(event.process_id)
+                if proc is None:
+                    continue
+                if isinstance(event, Output):
+                    proc._on_output(event)
+                elif isinstance(event, Exited):
+                    proc._on_exited(event)
+                elif isinstance(event, Closed):
+                    proc._on_closed(event)
+                    del self._procs[event.process_id]
+                else:
+                    log.warning("process %s: output lost between seqs %d and %d",
+                                event.process_id, event.after_seq, event.before_seq)
+                    proc.lost.append(event)
+            elif isinstance(event, HandshakeFailed):
+                self._handshake_error = f"initialize failed: {event.message} ({event.code})"
+            elif isinstance(event, SessionLost):
+                self._break(SessionGone(event.message))
+            elif isinstance(event, ServerMisbehaved):
+                log.warning("ignored a frame from the server: %s", event.detail)
+            elif isinstance(event, Ready):
+                self._handshake_error = None
+
+    def _break(self, error: BaseException) -> None:
+        """Nothing more can be done on this client: fail every waiter and every process."""
+        if self._broken is None:
+            self._broken = error
+        for waiter in self._calls.values():
+            waiter.settle(error=error)
+        self._calls.clear()
+        for proc in self._procs.values():
+            proc._fail(error)
+
+    async def aclose(self) -> None:
+        self._closing = True
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            await ws.aclose()
+        self._break(ExecError("the client is closed"))
+
+
+@asynccontextmanager
+async def connect(
+    url: str,
+    *,
+    token: str | None = None,
+    client_name: str = "execproto",
+    resume_timeout: float = 25.0,
+    acks: bool = True,
+) -> AsyncIterator[Client]:
+    """Connect to the exec-server at ``url`` (``ws://IP:PORT``) and start a session.
+
+    If the connection drops, the client reconnects and resumes the session for up to
+    ``resume_timeout`` seconds (keep it under the server's session TTL, 30 s by default);
+    calls wait meanwhile. ``acks`` turns on execproto's output acknowledgements when the
+    server has them, so not even output in flight is lost.
+    """
+    client = Client(url, token=token, client_name=client_name, resume_timeout=resume_timeout,
+                    acks=acks)
+    await client._open()
+    async with anyio.create_task_group() as group:
+        group.start_soon(client._run)
+        try:
+            yield client
+        finally:
+            await client.aclose()
+            group.cancel_scope.cancel()

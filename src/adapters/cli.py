@@ -1,4 +1,4 @@
-"""The ``execproto`` command: ``serve`` a server, ``replay`` a recorded trace."""
+"""The ``execproto`` command: ``serve`` a server, ``exec`` a command on one, ``replay`` a trace."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from execproto import Config, replay
 
-from . import backends
+from . import _exec, backends
 from ._listen import Listen, ListenError
 from .backends import Backend
 
@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="seconds between websocket pings (default %(default)s)")
     serve.add_argument("--trace", type=Path, help="record a replayable trace to this file")
     serve.add_argument("--log-level", default="INFO")
+
+    _exec.add_parser(commands)
 
     rerun = commands.add_parser("replay", help="replay a trace and report the first divergence")
     rerun.add_argument("trace", type=Path)
@@ -148,10 +150,20 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # `exec URL [options] -- CMD ARGS`: what follows `--` is the remote command, untouched.
+    command: list[str] = []
+    if argv[:1] == ["exec"] and "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
     args = _parser().parse_args(argv)
+    if command:
+        args.argv = [*args.argv, *command]
     logging.basicConfig(
         stream=sys.stderr,
-        level=getattr(args, "log_level", "INFO"),
+        # `exec` shares stderr with the remote command's: only warnings of its own go there.
+        level=getattr(args, "log_level", "WARNING"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    return _serve(args) if args.command == "serve" else _replay(args)
+    commands = {"serve": _serve, "exec": _exec.run, "replay": _replay}
+    return commands[args.command](args)

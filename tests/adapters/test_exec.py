@@ -1,0 +1,141 @@
+"""``execproto exec`` as a user runs it: a real command against a real server (and the reference)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import Server
+from .test_reference import REFERENCE, Reference
+
+EXEC = [sys.executable, "-m", "execproto.adapters", "exec"]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    running = Server("asyncio", "--kill-grace", "0.5")
+    yield running
+    log = running.stop()
+    assert "Traceback" not in log, log
+
+
+def run(url: str, *argv: str, stdin: bytes = b"", options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([*EXEC, url, *options, "--", *argv], input=stdin, capture_output=True,
+                          timeout=60)
+
+
+def test_stdout_stderr_and_exit_code_pass_through(server: Server) -> None:
+    done = run(server.url, "sh", "-c", "printf out; printf err >&2; exit 3")
+    assert (done.stdout, done.stderr, done.returncode) == (b"out", b"err", 3)
+
+
+def test_stdin_is_piped_byte_exactly(server: Server) -> None:
+    data = os.urandom(3 << 20)
+    done = run(server.url, "cat", stdin=data)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == data
+
+
+def test_an_open_stdin_does_not_keep_it_alive_after_the_command(server: Server) -> None:
+    proc = subprocess.Popen([*EXEC, server.url, "--", "echo", "hi"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    try:
+        assert proc.wait(20) == 0  # stdin is still open: nobody has written or closed it
+        assert proc.stdout is not None and proc.stdout.read() == b"hi\n"
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def test_binary_output_is_byte_exact(server: Server) -> None:
+    done = run(server.url, sys.executable, "-c",
+               "import sys; sys.stdout.buffer.write(bytes(range(256)) * 4096)")
+    assert done.stdout == bytes(range(256)) * 4096
+
+
+def test_cwd_and_env(server: Server, tmp_path: Path) -> None:
+    done = run(server.url, "sh", "-c", 'pwd; echo "$A|$B"',
+               options=("--cwd", str(tmp_path), "--env", "A=1", "--env", "B=x=y"))
+    assert done.stdout == f"{tmp_path}\n1|x=y\n".encode()
+
+
+def test_the_server_secrets_stay_out_of_the_environment(tmp_path: Path) -> None:
+    leaky = Server("asyncio", env={"MY_API_KEY": "hush", "VISIBLE": "yes"})
+    try:
+        done = run(leaky.url, "sh", "-c", 'echo "${MY_API_KEY:-none} $VISIBLE"')
+        assert done.stdout == b"none yes\n"
+        done = run(leaky.url, "sh", "-c", 'echo "${VISIBLE:-none}"', options=("--inherit-env", "none"))
+        assert done.stdout == b"none\n"
+    finally:
+        leaky.stop()
+
+
+def test_a_missing_program_exits_127_with_a_message(server: Server) -> None:
+    done = run(server.url, "/no/such/program")
+    assert done.returncode == 127
+    assert b"No such file or directory" in done.stderr
+
+
+def test_an_unreachable_server_exits_255(server: Server) -> None:
+    done = run("ws://127.0.0.1:1", "true")
+    assert done.returncode == 255
+    assert done.stderr.startswith(b"execproto exec: ws://127.0.0.1:1:")
+
+
+def test_bad_arguments_exit_2(server: Server) -> None:
+    assert run(server.url, options=()).returncode == 2  # no command
+    assert run(server.url, "true", options=("--env", "novalue")).returncode == 2
+
+
+def _started(server: Server, script: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([*EXEC, server.url, "--", "sh", "-c", script],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_ctrl_c_interrupts_the_remote_process(server: Server) -> None:
+    proc = _started(server, "trap 'echo caught; exit 7' INT; echo ready; while :; do sleep 0.05; done")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert (out, proc.returncode) == (b"caught\n", 7)
+
+
+def test_ctrl_c_three_times_terminates_a_process_that_ignores_it(server: Server) -> None:
+    proc = _started(server, "trap '' INT; echo ready; sleep 60")
+    for _ in range(3):
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(0.3)
+        except subprocess.TimeoutExpired:
+            pass
+    proc.communicate(timeout=30)
+    assert proc.returncode == 143  # SIGTERM, from terminate
+
+
+def test_a_closed_stdout_stops_the_remote_process(server: Server) -> None:
+    proc = _started(server, "echo ready; while :; do echo more; sleep 0.01; done")
+    assert proc.stdout is not None
+    proc.stdout.close()
+    assert proc.wait(30) == 128 + signal.SIGPIPE
+
+
+@pytest.mark.skipif(REFERENCE is None, reason="reference codex exec-server 0.171.0 not installed")
+def test_it_works_against_the_reference() -> None:
+    assert REFERENCE is not None
+    reference = Reference(REFERENCE)
+    try:
+        done = run(reference.url, "sh", "-c", "printf out; printf err >&2; exit 3")
+        assert (done.stdout, done.stderr, done.returncode) == (b"out", b"err", 3)
+        # The reference cannot close a process's stdin, so the command reads what it needs.
+        done = run(reference.url, "head", "-c", "5", stdin=b"hello world")
+        assert (done.stdout, done.returncode) == (b"hello", 0)
+    finally:
+        reference.stop()

@@ -466,7 +466,7 @@ TRICKY: dict[str, st.SearchStrategy[Any]] = {
 
 # method -> field -> kind; a "?" marks a field a valid call may leave out.
 SCHEMAS: dict[str, dict[str, str]] = {
-    "initialize": {"clientName": "text", "resumeSessionId": "session?"},
+    "initialize": {"clientName": "text", "resumeSessionId": "session?", "outputAcks": "bool?"},
     "initialized": {},
     "process/start": {
         "processId": "newid",
@@ -482,6 +482,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "process/write": {"processId": "id", "chunk": "b64", "writeId": "id", "closeStdin": "bool?"},
     "process/signal": {"processId": "id", "signal": "signal"},
     "process/terminate": {"processId": "id"},
+    "process/ack": {"processId": "id", "seq": "uint"},
     "environment/info": {},
     "fs/readFile": {"path": "uri"},
     "fs/writeFile": {"path": "uri", "dataBase64": "b64"},

@@ -371,8 +371,8 @@ class ClientCore:
         if not isinstance(seq, int):
             raise TypeError(f"seq {seq!r}")
         track = self._tracks.get(process_id)
-        if track is None:  # started by an earlier client of this session: follow it too
-            track = self._tracks[process_id] = _Track(started=True)
+        if track is None:
+            return  # closed already (this is a late repeat), or never this client's
         if seq > track.cursor:
             track.pending[seq] = item
             self._advance(process_id, track, events)

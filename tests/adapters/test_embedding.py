@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import start
+from .conftest import Server, start
 from .wsclient import Client, output_of
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -39,3 +39,26 @@ def test_the_example_serves_and_stops(name: str) -> None:
     _, err = example.communicate(timeout=30)
     assert example.returncode == 0, err
     assert "Traceback" not in err
+
+
+CLIENT_EXAMPLE = re.findall(r"<!-- client: example -->\n```python\n(.*?)```", README.read_text(),
+                            re.DOTALL)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_client_example_runs_as_written(backend: str) -> None:
+    (example,) = CLIENT_EXAMPLE
+    assert 'connect("ws://127.0.0.1:8765")' in example
+    server = Server("asyncio")
+    try:
+        code = example.replace("ws://127.0.0.1:8765", server.url)
+        code = code.replace("anyio.run(main)", f"anyio.run(main, backend={backend!r})")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        hostname = Path("/etc/hostname").read_bytes()
+        assert done.stdout == (
+            f"stdout b'hello\\n'\nstderr b'oops\\n'\nexit code 3\n{hostname!r}\n"
+        )
+    finally:
+        server.stop()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import pty
 import signal
 import subprocess
 import sys
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,6 +127,26 @@ def test_a_closed_stdout_stops_the_remote_process(server: Server) -> None:
     assert proc.stdout is not None
     proc.stdout.close()
     assert proc.wait(30) == 128 + signal.SIGPIPE
+
+
+def test_tty_forwards_keystrokes_raw_and_restores_the_terminal(server: Server) -> None:
+    master, slave = pty.openpty()
+    before = termios.tcgetattr(slave)
+    try:
+        proc = subprocess.Popen(
+            [*EXEC, server.url, "--tty", "--", "sh", "-c", "echo ready; read line; echo got:$line"],
+            stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\r\n"
+        os.write(master, b"typed\r")  # Enter on a raw local terminal is a bare CR
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert out.endswith(b"got:typed\r\n"), out  # the remote pty echoes, then answers
+        assert termios.tcgetattr(slave) == before
+    finally:
+        os.close(master)
+        os.close(slave)
 
 
 @pytest.mark.skipif(REFERENCE is None, reason="reference codex exec-server 0.171.0 not installed")

@@ -222,9 +222,11 @@ def test_a_close_implies_the_exit() -> None:
                       Closed(process_id="p", exit_code=None, failure=None)]
 
 
-def test_a_process_started_by_an_earlier_client_is_followed_too() -> None:
-    core = ready()
-    assert outputs(out(core, 1, b"x", pid="other")) == [(1, b"x")]
+def test_events_of_a_process_that_is_not_tracked_are_ignored() -> None:
+    core, _ = started()
+    assert out(core, 1, b"x", pid="other") == []
+    notify(core, "process/closed", processId="p", seq=1)
+    assert notify(core, "process/closed", processId="p", seq=1) == []  # a late repeat
 
 
 def test_http_body_deltas_are_decoded() -> None:

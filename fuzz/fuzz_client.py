@@ -30,7 +30,8 @@ _b64 = st.binary(max_size=6).map(lambda b: base64.b64encode(b).decode())
 _seq = st.integers(-1, 12)
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=4),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=6,
 )
 

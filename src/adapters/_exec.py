@@ -32,8 +32,8 @@ TERMINATE_AFTER = 3
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    run = commands.add_parser("exec", help="run a command on an exec-server",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run = commands.add_parser("exec", help="run a command on an exec-server", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("url", help="the server, ws://IP:PORT")
     run.add_argument("argv", nargs="*", metavar="-- CMD ARGS",
                      help="the command to run (after --, so its options stay its own)")

@@ -29,7 +29,8 @@ class HandshakeRefused(ConnectionError):
 
     def __init__(self, status: int, body: bytes) -> None:
         text = body.decode("utf-8", "replace").strip()
-        super().__init__(f"the server refused the websocket: HTTP {status}" + (f": {text}" if text else ""))
+        detail = f": {text}" if text else ""
+        super().__init__(f"the server refused the websocket: HTTP {status}{detail}")
         self.status = status
 
 
@@ -83,7 +84,7 @@ class WebSocket:
             try:
                 data = await self._stream.receive(_READ_SIZE)
             except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-                raise ConnectionError("the connection closed during the websocket handshake") from exc
+                raise ConnectionError("closed during the websocket handshake") from exc
             self._ws.receive_data(data)
             for event in self._ws.events():
                 if isinstance(event, AcceptConnection):

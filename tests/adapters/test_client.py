@@ -15,6 +15,7 @@ from execproto.adapters.client import Chunk, Result, SessionGone, RemoteError, c
 
 from .conftest import Server
 from .proxy import Proxy
+from .test_reference import REFERENCE, Reference
 
 pytestmark = pytest.mark.anyio
 
@@ -193,3 +194,24 @@ async def test_a_refused_token_is_a_clear_error(tmp_path: Path) -> None:
             assert (await proc.wait()).exit_code == 0
     finally:
         guarded.stop()
+
+
+@pytest.mark.skipif(REFERENCE is None, reason="reference codex exec-server 0.171.0 not installed")
+async def test_it_works_against_the_reference(tmp_path: Path) -> None:
+    assert REFERENCE is not None
+    reference = Reference(REFERENCE)
+    try:
+        async with connect(reference.url) as ex:
+            proc = await ex.start(["sh", "-c", "printf out; printf err >&2; exit 3"])
+            chunks = await collect(proc)
+            assert b"".join(c.data for c in chunks if c.stream == "stdout") == b"out"
+            assert b"".join(c.data for c in chunks if c.stream == "stderr") == b"err"
+            assert (await proc.wait()).exit_code == 3
+            # No acks there: the stream still arrives whole when nothing breaks.
+            proc = await ex.start([sys.executable, "-c", PATTERN])
+            received = b"".join(c.data for c in await collect(proc))
+            assert received == expected_stream()
+            await ex.write_file(str(tmp_path / "f"), b"data")
+            assert await ex.read_file(str(tmp_path / "f")) == b"data"
+    finally:
+        reference.stop()

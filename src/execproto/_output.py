@@ -90,7 +90,10 @@ class OutputLog:
         chunks = self._chunks
         head = self._head
         while head < len(chunks) and chunks[head][0] <= seq:
-            size = len(chunks[head][2])
+            seq_at, stream, data = chunks[head]
+            # Let go of the data now: the list itself is only compacted now and then.
+            chunks[head] = (seq_at, stream, b"")
+            size = len(data)
             head += 1
             self.retained_bytes -= size
             self.dropped_bytes += size
@@ -114,7 +117,10 @@ class OutputLog:
         while len(chunks) - head > 1 and (
             self.retained_bytes > self._max_bytes or len(chunks) - head > self._max_chunks
         ):
-            size = len(chunks[head][2])
+            seq_at, stream, data = chunks[head]
+            # Let go of the data now: the list itself is only compacted now and then.
+            chunks[head] = (seq_at, stream, b"")
+            size = len(data)
             head += 1
             self.retained_bytes -= size
             self.dropped_bytes += size

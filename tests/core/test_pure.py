@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Hashable
 from typing import Any
 
@@ -381,6 +382,28 @@ def test_newest_chunk_is_always_kept_even_when_over_the_byte_bound() -> None:
     single = OutputLog(0, 1)
     single.append(1, "pty", b"kept")
     assert seqs(single.read(0, None)[0]) == [1]
+
+
+@pytest.mark.parametrize("drop", ["retention", "ack"])
+def test_a_dropped_chunk_is_let_go_at_once(drop: str) -> None:
+    """The log must not keep dropped chunks alive until it next compacts its list: with large
+    chunks that once held a whole 256 MiB stream in memory for the closed process's lifetime."""
+    log = OutputLog(10, 100)
+    chunks = [bytes([65 + i]) * 10 for i in range(4)]  # distinct objects, 10 bytes each
+
+    def references() -> list[int]:
+        return [sys.getrefcount(c) for c in chunks]
+
+    alone = references()
+    if drop == "ack":
+        log.hold = True
+    for seq in range(1, 5):
+        log.append(seq, "stdout", chunks[seq - 1])
+    if drop == "ack":
+        log.discard_through(3)
+    # Dropped: back to the references the test holds; retained: one more, the log's.
+    assert references() == [alone[0], alone[1], alone[2], alone[3] + 1]
+    assert seqs(log.read(0, None)[0]) == [4]
 
 
 def test_read_after_seq_with_gaps_in_seqs() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,6 +21,9 @@ from .backends import Backend
 from ._listen import Listen
 from ._peer import HIGH_WATER, LOW_WATER, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
+from ._sockwriter import SocketWriter
+
+READ_SIZE = 256 << 10
 
 
 class _Loop:
@@ -54,46 +58,111 @@ class _Loop:
         future.add_done_callback(lambda f: done(f.exception() or f.result()))
 
 
-class _WsProtocol(asyncio.Protocol):
-    def __init__(self, driver: Driver, token: str | None, ping_interval: float) -> None:
-        self._driver = driver
-        self._token = token
+class _WsConnection:
+    """One websocket client on a raw non-blocking socket: read when readable, written through a
+    `SocketWriter` (vectored sends, no copies), so no asyncio transport sits in between."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, address: Any, driver: Driver,
+        token: str | None, ping_interval: float,
+    ) -> None:
+        self._loop = loop
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._label = f"{address[0]}:{address[1]}"
         self._ping_interval = ping_interval
         self._ping: asyncio.TimerHandle | None = None
-        self._label = "?"
+        self._closed = False
+        self._hung_up = False
+        self._writing = False
+        self.peer = WsPeer(driver, self._write, self._hang_up, token)
+        self._writer = SocketWriter(sock, high=HIGH_WATER, low=LOW_WATER,
+                                    blocked=self.peer.blocked, drained=self.peer.drained)
+        loop.add_reader(self._fd, self._readable)
 
-    def connection_made(self, transport: Any) -> None:
-        transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
-        self.peer = WsPeer(self._driver, transport.writelines, transport.close, self._token)
-        host, port = (transport.get_extra_info("peername") or ("?", 0))[:2]
-        self._label = f"{host}:{port}"
-
-    def data_received(self, data: bytes) -> None:
+    def _readable(self) -> None:
+        try:
+            data = self._sock.recv(READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
         self.peer.received(data, self._label)
-        if self.peer.open and self._ping is None:
-            self._schedule_ping()
+        if not data:
+            self._close()
+        elif self.peer.open and self._ping is None:
+            self._ping = self._loop.call_later(self._ping_interval, self._send_ping)
 
-    def eof_received(self) -> bool:
-        self.peer.received(b"", self._label)
-        return False
+    def _write(self, parts: Sequence[bytes]) -> None:
+        if self._closed:
+            return
+        self._writer.write(parts)
+        self._after_write()
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def _writable(self) -> None:
+        self._writer.flush()
+        self._after_write()
+
+    def _after_write(self) -> None:
+        if self._writer.failed:
+            self._close()
+        elif self._writer.pending != self._writing:
+            self._writing = self._writer.pending
+            if self._writing:
+                self._loop.add_writer(self._fd, self._writable)
+            else:
+                self._loop.remove_writer(self._fd)
+        if self._hung_up and not self._writer.pending:
+            self._close()
+
+    def _hang_up(self) -> None:
+        """Close once everything queued is written."""
+        self._hung_up = True
+        self._after_write()
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         if self._ping is not None:
             self._ping.cancel()
+        self._loop.remove_reader(self._fd)
+        self._loop.remove_writer(self._fd)
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
         self.peer.lost()
-
-    def pause_writing(self) -> None:
-        self.peer.blocked()
-
-    def resume_writing(self) -> None:
-        self.peer.drained()
-
-    def _schedule_ping(self) -> None:
-        self._ping = asyncio.get_running_loop().call_later(self._ping_interval, self._send_ping)
 
     def _send_ping(self) -> None:
         self.peer.ping()
-        self._schedule_ping()
+        self._ping = self._loop.call_later(self._ping_interval, self._send_ping)
+
+
+def _listen(loop: asyncio.AbstractEventLoop, host: str, port: int,
+            accept: Callable[[socket.socket, Any], object]) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(128)
+    listener.setblocking(False)
+
+    def ready() -> None:
+        while True:
+            try:
+                sock, address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors, say: the listener waits for the next try
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            accept(sock, address)
+
+    loop.add_reader(listener.fileno(), ready)
+    return listener
 
 
 class _StdinProtocol(asyncio.Protocol):
@@ -152,15 +221,17 @@ async def serve(
         peer.opened("stdio")
         listener = None
     else:
-        listener = await loop.create_server(
-            lambda: _WsProtocol(driver, token, ping_interval), where.host, where.port
+        listener = _listen(
+            loop, where.host, where.port,
+            lambda sock, address: _WsConnection(loop, sock, address, driver, token, ping_interval),
         )
     if ready is not None:
-        ready(where.describe(listener.sockets[0].getsockname() if listener else None))
+        ready(where.describe(listener.getsockname() if listener else None))
     try:
         await stop.wait()
     finally:
         if listener is not None:
+            loop.remove_reader(listener.fileno())
             listener.close()
         idle = asyncio.Event()
         driver.on_idle = idle.set

@@ -98,6 +98,7 @@ class Driver:
         files: Files | None = None,
         backend: Backend | None = None,
     ) -> None:
+        _posix.keep_buffers_in_heap()
         self.core = core
         self.loop = loop
         self.files = files or Files()

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
@@ -257,3 +258,26 @@ def _child(process: subprocess.Popen[bytes], outputs: dict[str, int], stdin: int
     pidfd = os.pidfd_open(process.pid)
     process.returncode = 0
     return Child(process.pid, pidfd, outputs, stdin)
+
+
+# glibc's mallopt parameters.
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def keep_buffers_in_heap() -> None:
+    """Let output buffers (a read, its base64, its frame: up to a few MiB each) come from the
+    heap instead of a fresh mmap per chunk.
+
+    glibc maps every allocation above its mmap threshold (128 KiB to start) on its own and
+    unmaps it when freed, so each chunk's buffers are new pages: measured, a quarter of a
+    million page faults per 256 MiB streamed, half the server's CPU. Raising the threshold
+    and the trim threshold keeps those pages in the heap for the next chunk; the memory kept
+    is bounded by the trim threshold. Does nothing where the C library is not glibc.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, 8 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 32 << 20)
+    except (OSError, AttributeError):
+        pass

@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test typecheck coverage fuzz-long bench clean
+.PHONY: serve test typecheck coverage fuzz-long bench compare clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ fuzz-long: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/core.py
+
+# execproto beside the reference exec-server and OpenSSH, where those are installed.
+compare: $(VENV)/.installed
+	$(BIN)/python bench/compare.py
 
 clean:
 	rm -rf $(VENV) .coverage .mypy_cache .pytest_cache .hypothesis

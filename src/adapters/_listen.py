@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import logging
+import time
 from urllib.parse import urlsplit
 
 import attrs
@@ -10,6 +13,50 @@ import attrs
 
 class ListenError(ValueError):
     pass
+
+
+# accept() failures that mean "not now" (out of descriptors or memory): the listener waits a
+# moment and tries again. Any other failure means the listener itself is gone.
+EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+ACCEPT_RETRY = 0.1  # seconds
+
+log = logging.getLogger("execproto")
+
+
+class AcceptTrouble:
+    """Says once that connections cannot be accepted, and once that they can again, rather than
+    a line per retry."""
+
+    def __init__(self) -> None:
+        self.failing = False
+
+    def failed(self, exc: OSError) -> None:
+        if not self.failing:
+            self.failing = True
+            log.warning("cannot accept connections: %s; retrying every %s s", exc, ACCEPT_RETRY)
+
+    def accepted(self) -> None:
+        if self.failing:
+            self.failing = False
+            log.warning("accepting connections again")
+
+
+class QuietRetries(logging.Filter):
+    """For trio's own accept loop, which logs a traceback on every retry: keep one line per
+    ``every`` seconds, without the traceback."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        super().__init__()
+        self._every = every
+        self._last = -every
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text = None, None
+        now = time.monotonic()
+        if now - self._last < self._every:
+            return False
+        self._last = now
+        return True
 
 
 @attrs.frozen

@@ -218,7 +218,12 @@ def _spawn_tty(
     master = _nonblocking(master)
     # One terminal serves both directions: output reads the master, stdin writes a duplicate,
     # so each side can be closed on its own.
-    return _child(process, {"pty": master}, os.dup(master))
+    try:
+        stdin = os.dup(master)
+    except OSError as exc:
+        _abort(process, [master])
+        raise _spawn_error(exc) from None
+    return _child(process, {"pty": master}, stdin)
 
 
 # struct winsize {rows, cols, xpixel, ypixel}: 24 rows, 80 columns, as a plain terminal.
@@ -255,9 +260,22 @@ def _child(process: subprocess.Popen[bytes], outputs: dict[str, int], stdin: int
     # From here on the pidfd is the process's handle. The Popen object must never wait or poll,
     # or it would reap the child behind the core's back: marking it collected keeps Popen's
     # own clean-up (which polls abandoned children) away from it.
-    pidfd = os.pidfd_open(process.pid)
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except OSError as exc:  # out of descriptors, say
+        _abort(process, [*outputs.values(), *([] if stdin is None else [stdin])])
+        raise _spawn_error(exc) from None
     process.returncode = 0
     return Child(process.pid, pidfd, outputs, stdin)
+
+
+def _abort(process: subprocess.Popen[bytes], fds: list[int]) -> None:
+    """Undo a spawn that started a process but could not get a handle on it: kill it while its
+    pid is still unreaped (so still ours), reap it, and close what was opened for it."""
+    process.kill()
+    process.wait()
+    for fd in fds:
+        close_quietly(fd)
 
 
 # glibc's mallopt parameters.

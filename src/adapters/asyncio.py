@@ -18,7 +18,7 @@ from execproto import Config
 from ._driver import Driver
 from ._fs import Files
 from .backends import Backend
-from ._listen import Listen
+from ._listen import ACCEPT_RETRY, EXHAUSTED, AcceptTrouble, Listen
 from ._peer import HIGH_WATER, LOW_WATER, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
 from ._sockwriter import SocketWriter
@@ -149,19 +149,33 @@ def _listen(loop: asyncio.AbstractEventLoop, host: str, port: int,
     listener.listen(128)
     listener.setblocking(False)
 
+    trouble = AcceptTrouble()
+
     def ready() -> None:
         while True:
             try:
                 sock, address = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # out of descriptors, say: the listener waits for the next try
+            except OSError as exc:
+                if exc.errno not in EXHAUSTED:
+                    raise
+                # The pending connection keeps the listener readable: stop watching it for a
+                # moment rather than spin, and take it when a descriptor is free again.
+                trouble.failed(exc)
+                loop.remove_reader(listener.fileno())
+                loop.call_later(ACCEPT_RETRY, watch)
                 return
+            trouble.accepted()
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             accept(sock, address)
 
-    loop.add_reader(listener.fileno(), ready)
+    def watch() -> None:
+        if listener.fileno() != -1:  # not closed meanwhile by the shutdown
+            loop.add_reader(listener.fileno(), ready)
+
+    watch()
     return listener
 
 

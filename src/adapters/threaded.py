@@ -28,7 +28,7 @@ from execproto import Config
 from ._driver import Driver
 from ._fs import Files
 from .backends import Backend
-from ._listen import Listen
+from ._listen import ACCEPT_RETRY, EXHAUSTED, AcceptTrouble, Listen
 from ._peer import HIGH_WATER, LOW_WATER, Peer, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
 
@@ -331,11 +331,17 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _accept(listener: socket.socket, loop: _Loop, driver: Driver, token: str | None,
             ping_interval: float) -> None:
+    trouble = AcceptTrouble()
     while True:
         try:
             sock, address = listener.accept()
-        except OSError:
-            return  # the listener was closed: shutting down
+        except OSError as exc:
+            if exc.errno not in EXHAUSTED:
+                return  # the listener was closed: shutting down
+            trouble.failed(exc)
+            time.sleep(ACCEPT_RETRY)
+            continue
+        trouble.accepted()
         loop.post(partial(_open, sock, address, loop, driver, token, ping_interval))
 
 

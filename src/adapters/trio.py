@@ -8,6 +8,7 @@ owns the core.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ from execproto import Config
 from ._driver import Driver
 from ._fs import Files
 from .backends import Backend
-from ._listen import Listen
+from ._listen import Listen, QuietRetries
 from ._peer import HIGH_WATER, LOW_WATER, Peer, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
 
@@ -233,6 +234,11 @@ async def serve(
             listeners: list[trio.SocketListener] = []
         else:
             listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+            # trio sleeps and retries when accept runs out of descriptors, logging a traceback
+            # each time; one line now and then says as much.
+            retries = logging.getLogger("trio.serve_listeners")
+            if not any(isinstance(f, QuietRetries) for f in retries.filters):
+                retries.addFilter(QuietRetries())
             address = where.describe(listeners[0].socket.getsockname())
 
             async def accept() -> None:

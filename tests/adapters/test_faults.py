@@ -1,0 +1,128 @@
+"""Faults a deployment meets: odd process behaviour and a server out of file descriptors."""
+
+from __future__ import annotations
+
+import base64
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from .conftest import alive, start
+from .wsclient import Client, output_of
+
+
+def test_a_process_that_closes_stdout_early_keeps_running(client: Client) -> None:
+    began = time.monotonic()
+    start(client, "c", ["sh", "-c", "exec 1>&-; sleep 0.5; echo still here >&2; exit 4"])
+    events = client.events_until_closed("c")
+    assert time.monotonic() - began >= 0.5  # stdout's EOF closed nothing: the process ran on
+    assert output_of(events) == {"stderr": b"still here\n"}
+    methods = [n["method"] for n in events]
+    assert methods[-2:] == ["process/exited", "process/closed"]
+    assert events[-2]["params"]["exitCode"] == 4
+
+
+def test_a_setsid_daemon_holding_the_pipes_is_abandoned_after_the_grace(client: Client) -> None:
+    # The daemon leaves the process group (so terminate's signals miss it) and keeps both pipes.
+    script = "setsid sh -c 'echo $$; exec sleep 60' & wait"
+    start(client, "d", ["sh", "-c", script])
+    first = client.notification(lambda n: n["method"] == "process/output")
+    daemon = int(base64.b64decode(first["params"]["chunk"]))
+    try:
+        began = time.monotonic()
+        assert client.result("process/terminate", {"processId": "d"}) == {"running": True}
+        events = client.events_until_closed("d", timeout=10)
+        # TERM, the exit, then one more grace (0.5 s here) for the pipes: never a hang.
+        assert time.monotonic() - began < 3
+        assert [n["method"] for n in events][-1] == "process/closed"
+        read = client.result("process/read", {"processId": "d"})
+        assert read["closed"] and "abandoned" in (read["failure"] or "")
+        assert alive(daemon)  # it really did outlive its group: the pipes were held
+    finally:
+        os.kill(daemon, signal.SIGKILL)
+
+
+class LimitedServer:
+    """A server that may hold only ``nofile`` descriptors at once."""
+
+    def __init__(self, adapter: str, nofile: int) -> None:
+        def limit() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "execproto.adapters", "serve", "--listen", "ws://127.0.0.1:0",
+             "--adapter", adapter, "--kill-grace", "0.3"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limit,
+        )
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().strip()
+        assert self.url.startswith("ws://"), self.process.communicate(timeout=10)
+
+    def cpu_seconds(self) -> float:
+        with open(f"/proc/{self.process.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> str:
+        self.process.send_signal(signal.SIGTERM)
+        _, err = self.process.communicate(timeout=20)
+        return err
+
+
+def test_out_of_descriptors_a_spawn_fails_clearly_and_the_server_recovers(adapter: str) -> None:
+    server = LimitedServer(adapter, nofile=64)
+    client = Client(server.url)
+    assert "result" in client.handshake()
+    running: list[str] = []
+    failure = None
+    for i in range(64):  # each process holds a pidfd and two pipes
+        reply = start(client, f"p{i}", ["sleep", "60"])
+        if "error" in reply:
+            failure = reply["error"]
+            break
+        running.append(f"p{i}")
+    assert failure is not None and running, "the descriptors never ran out"
+    assert failure["code"] == -32603
+    assert "Too many open files" in failure["message"], failure
+
+    # Take the last descriptors with idle connections, until one is not accepted any more.
+    idle: list[Client] = []
+    for _ in range(64):
+        try:
+            idle.append(Client(server.url, timeout=1.0))
+        except OSError:  # the upgrade timed out: the server could not accept it
+            break
+    else:
+        raise AssertionError("connections were still accepted after 64 more")
+
+    # A connection that arrives now cannot be accepted yet: it waits, and the server does not
+    # spin on the listener meanwhile.
+    late: dict[str, Client] = {}
+    connecting = threading.Thread(target=lambda: late.setdefault("c", Client(server.url)))
+    connecting.start()
+    before = server.cpu_seconds()
+    time.sleep(1.0)
+    assert server.cpu_seconds() - before < 0.3
+    assert client.result("environment/info", {})  # the connected client is still served
+
+    for other in idle:
+        other.close()
+    for process_id in running[:6]:
+        client.result("process/terminate", {"processId": process_id})
+        client.events_until_closed(process_id)
+    connecting.join(10)
+    assert "c" in late, "the waiting connection was never accepted"
+    assert "result" in late["c"].handshake()
+    start(late["c"], "after", ["echo", "ok"])
+    assert output_of(late["c"].events_until_closed("after")) == {"stdout": b"ok\n"}
+    late["c"].close()
+    client.close()
+    log = server.stop()
+    assert server.process.returncode == 0, log
+    assert "Traceback" not in log, log

@@ -16,9 +16,13 @@ PING_INTERVAL = 30.0
 
 
 def make_core(
-    config: Config | None, trace: Callable[[str], None] | None, backend: Backend | None = None
+    config: Config | None,
+    trace: Callable[[str], None] | None,
+    backend: Backend | None = None,
+    redact_trace: bool = False,
 ) -> ServerCore | Recorder:
-    """A core for this host, recording to ``trace`` (one JSON line per call) when given."""
+    """A core for this host, recording to ``trace`` (one JSON line per call) when given, with
+    process output and stdin replaced by filler when ``redact_trace``."""
     sandbox = backend.sandbox_type if backend is not None else "none"
     core = ServerCore(attrs.evolve(config or Config(), sandbox_type=sandbox), this_host())
-    return core if trace is None else Recorder(core, trace)
+    return core if trace is None else Recorder(core, trace, redact=redact_trace)

@@ -216,6 +216,7 @@ async def serve(
     ping_interval: float = PING_INTERVAL,
     fs_roots: Sequence[str] = (),
     backend: Backend | None = None,
+    redact_trace: bool = False,
 ) -> None:
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
 
@@ -224,7 +225,8 @@ async def serve(
     """
     where = Listen.parse(listen)
     loop = asyncio.get_running_loop()
-    driver = Driver(make_core(config, trace, backend), _Loop(loop), Files(fs_roots), backend)
+    core = make_core(config, trace, backend, redact_trace)
+    driver = Driver(core, _Loop(loop), Files(fs_roots), backend)
     stop = stop if stop is not None else asyncio.Event()
     if where.stdio:
         out_transport, out_protocol = await loop.connect_write_pipe(_StdoutProtocol, sys.stdout)

@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--ping-interval", type=float, default=30.0,
                        help="seconds between websocket pings (default %(default)s)")
     serve.add_argument("--trace", type=Path, help="record a replayable trace to this file")
+    serve.add_argument("--trace-redact", action="store_true",
+                       help="with --trace: write process output and stdin as same-length filler")
     serve.add_argument("--log-level", default="INFO")
 
     _exec.add_parser(commands)
@@ -84,6 +86,9 @@ def _serve(args: argparse.Namespace) -> int:
         if not Path(root).is_dir():
             print(f"execproto: --fs-root {root} is not a directory", file=sys.stderr)
             return 2
+    if args.trace_redact and args.trace is None:
+        print("execproto: --trace-redact needs --trace FILE", file=sys.stderr)
+        return 2
     if args.retention_bytes <= 0:
         print("execproto: --retention-bytes must be positive", file=sys.stderr)
         return 2
@@ -120,6 +125,7 @@ def _serve(args: argparse.Namespace) -> int:
             ping_interval=args.ping_interval,
             fs_roots=args.fs_root,
             backend=backend,
+            redact_trace=args.trace_redact,
         )
     finally:
         if trace_file is not None:

@@ -262,6 +262,7 @@ def serve(
     ping_interval: float = PING_INTERVAL,
     fs_roots: Sequence[str] = (),
     backend: Backend | None = None,
+    redact_trace: bool = False,
 ) -> None:
     """Serve on this thread until ``stop`` is set (or, for stdio, stdin ends); then shut down.
 
@@ -270,7 +271,8 @@ def serve(
     """
     where = Listen.parse(listen)
     loop = _Loop()
-    driver = Driver(make_core(config, trace, backend), loop, Files(fs_roots), backend)
+    core = make_core(config, trace, backend, redact_trace)
+    driver = Driver(core, loop, Files(fs_roots), backend)
     stop = stop if stop is not None else threading.Event()
     stopping = threading.Event()  # seen by the owner; set on the owner when `stop` fires
     def relay_stop() -> None:  # `stop` may be set from any thread; the owner must hear it

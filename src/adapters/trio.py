@@ -187,6 +187,7 @@ async def serve(
     ping_interval: float = PING_INTERVAL,
     fs_roots: Sequence[str] = (),
     backend: Backend | None = None,
+    redact_trace: bool = False,
 ) -> None:
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
 
@@ -197,7 +198,8 @@ async def serve(
     stop = stop if stop is not None else trio.Event()
     accepting = trio.CancelScope()
     async with trio.open_nursery() as nursery:
-        driver = Driver(make_core(config, trace, backend), _Loop(nursery), Files(fs_roots), backend)
+        core = make_core(config, trace, backend, redact_trace)
+        driver = Driver(core, _Loop(nursery), Files(fs_roots), backend)
 
         async def websocket(stream: trio.SocketStream) -> None:
             host, port = stream.socket.getpeername()[:2]

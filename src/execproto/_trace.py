@@ -5,6 +5,9 @@ call: ``{"t": now, "event": ..., "actions": [...]}``, or ``"error"`` in place of
 the call raised `LocalProtocolError`. Events and actions are written as their attrs fields with
 ``"$type"`` naming the class; bytes are ``{"$bytes": base64}``. Because the core is deterministic,
 replaying the events at the recorded times must give the recorded actions, step for step.
+
+A recorder made with ``redact=True`` writes process output and stdin as filler of the same
+length (see `_redact`); the header says so, and the trace still replays.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from . import _actions, _events
 from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError
 from ._events import Event
+from ._redact import redact as _redact
 from ._server import ServerCore
 
 FORMAT = "execproto-trace"
@@ -67,13 +71,16 @@ def from_json(value: Any) -> Any:
     return cls(**fields)
 
 
-def _header(config: Config, host: Host) -> dict[str, Any]:
-    return {
+def _header(config: Config, host: Host, redacted: bool) -> dict[str, Any]:
+    header = {
         "format": FORMAT,
         "version": VERSION,
         "config": attrs.asdict(config),
         "host": attrs.asdict(host),
     }
+    if redacted:
+        header["redacted"] = ["process output", "stdin"]
+    return header
 
 
 def _dumps(value: Any) -> str:
@@ -85,23 +92,26 @@ def _dumps(value: Any) -> str:
 class Recorder:
     """A `ServerCore` that also writes each call to ``sink`` (one JSON line per call)."""
 
-    def __init__(self, core: ServerCore, sink: Callable[[str], None]) -> None:
+    def __init__(
+        self, core: ServerCore, sink: Callable[[str], None], *, redact: bool = False
+    ) -> None:
         self.core = core
         self._sink = sink
-        sink(_dumps(_header(core.config, core.host)))
+        self._shown: Callable[[Any], Any] = _redact if redact else _same
+        sink(_dumps(_header(core.config, core.host, redact)))
 
     def handle(self, event: Event, now: float) -> list[_actions.Action]:
         if type(event) not in _events.EVENT_TYPES:
             # Refused before recording: a trace holds only what a fresh core can be fed again.
             raise LocalProtocolError(f"not an event: {type(event).__name__}")
-        step: dict[str, Any] = {"t": now, "event": to_json(event)}
+        step: dict[str, Any] = {"t": now, "event": to_json(self._shown(event))}
         try:
             actions = self.core.handle(event, now)
         except LocalProtocolError as exc:
             step["error"] = str(exc)
             self._sink(_dumps(step))
             raise
-        step["actions"] = [to_json(action) for action in actions]
+        step["actions"] = [to_json(self._shown(action)) for action in actions]
         self._sink(_dumps(step))
         return actions
 
@@ -111,6 +121,10 @@ class Recorder:
     @property
     def idle(self) -> bool:
         return self.core.idle
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 @attrs.frozen(kw_only=True)

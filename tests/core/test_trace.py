@@ -53,7 +53,7 @@ from execproto import (
 from execproto._events import EVENT_TYPES
 from execproto._trace import FORMAT, VERSION, from_json, load_header, to_json
 
-from .harness import Harness, b64
+from .harness import Harness, b64, unb64
 
 # -- expected messages (the one place to update when the core's wording changes) ----------------
 
@@ -471,3 +471,52 @@ def test_recorder_reraises_local_protocol_error_for_a_non_event() -> None:
     recorder = Recorder(ServerCore(), lines.append)
     with pytest.raises(LocalProtocolError):
         recorder.handle(object(), 0.0)
+
+
+# -- redaction ----------------------------------------------------------------------------------
+
+SECRET_OUT = b"the-output-secret\n"
+SECRET_IN = b"the-stdin-secret"
+
+
+def redacted_session() -> Harness:
+    h = Harness(Config(retention_bytes=64))
+    h.lines.clear()
+    h.core = Recorder(ServerCore(Config(retention_bytes=64)), h.lines.append, redact=True)
+    h.connect(1)
+    h.handshake(1)
+    proc = h.start(1, "p", ["cat"], pipeStdin=True)
+    h.call(1, "process/write", {"processId": "p", "chunk": b64(SECRET_IN), "writeId": "w"})
+    h.send(1, '{"id": 9, "method": "process/write", "params": {"processId": "p", '
+              f'"chunk" : "{b64(SECRET_IN)}", "writeId": "v"}}}}')  # spaces, and a str frame
+    h.call(1, "process/write", {"processId": "p", "chunk": "not base64!", "writeId": "u"})
+    h.call(1, "process/write", {"processId": "p", "chunk": "abc", "writeId": "t"})  # bad padding
+    frame = {"id": 10, "method": "process/write",
+             "params": {"processId": "p", "chunk": b64(SECRET_IN), "writeId": "s"}}
+    h.send(1, json.dumps(frame).encode())  # a bytes frame (a binary websocket message)
+    h.output(proc, "stdout", SECRET_OUT * 5)  # past retention: the drop counts the same
+    h.call(1, "process/read", {"processId": "p"})
+    h.exit(proc, 0)
+    h.eof(proc, "stdout")
+    h.eof(proc, "stderr")
+    return h
+
+
+def test_a_redacted_trace_holds_no_payload_and_still_replays() -> None:
+    h = redacted_session()
+    text = "\n".join(h.lines)
+    for secret in (SECRET_OUT, SECRET_IN):
+        for form in (secret, secret * 5):
+            assert b64(form) not in text and form.decode() not in text
+    assert b64(b"x" * len(SECRET_IN)) in text  # same length, so replies and drops agree
+    assert json.loads(h.lines[0])["redacted"] == ["process output", "stdin"]
+    assert replay(h.lines).ok
+    # What the live core did is untouched: the real bytes went to the process and the client.
+    assert WriteStdin(proc=1, data=SECRET_IN) in h.actions
+    assert any(SECRET_OUT in unb64(m["params"]["chunk"]) for m in h.notifications(1))
+
+
+def test_an_unredacted_trace_keeps_the_payloads() -> None:
+    h = scripted_session()
+    assert "redacted" not in json.loads(h.lines[0])
+    assert b64(b"hi\n" * 30) in "\n".join(h.lines)

@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test typecheck coverage fuzz-long bench compare clean
+.PHONY: serve test typecheck coverage fuzz-long fuzz-live bench compare clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ coverage: $(VENV)/.installed
 
 fuzz-long: $(VENV)/.installed
 	EXECPROTO_FUZZ_EXAMPLES=1000000 $(BIN)/python -m pytest fuzz -q -p no:cacheprovider
+
+# Random frames at a live server over a real websocket (processes run inside bubblewrap).
+fuzz-live: $(VENV)/.installed
+	EXECPROTO_LIVE_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest fuzz/fuzz_live.py -q -p no:cacheprovider
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/core.py

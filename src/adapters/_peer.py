@@ -59,7 +59,10 @@ class Peer:
             self.driver.feed(SendDrained(conn=self.conn))
 
     def message(self, data: bytes | str) -> None:
-        self.driver.feed(MessageReceived(conn=self.conn, data=data))
+        # A frame read in the same batch as one that got the connection closed comes after the
+        # close: the core has forgotten the connection, and the frame is moot.
+        if self.open:
+            self.driver.feed(MessageReceived(conn=self.conn, data=data))
 
     # -- what the driver asks of it -------------------------------------------------------------
 

@@ -113,7 +113,8 @@ class _WsConnection:
             else:
                 self._loop.remove_writer(self._fd)
         if self._hung_up and not self._writer.pending:
-            self._close()
+            # Not now: this may run inside `peer.received`, with more of its frames to come.
+            self._loop.call_soon(self._close)
 
     def _hang_up(self) -> None:
         """Close once everything queued is written."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import resource
 import signal
@@ -12,9 +13,10 @@ import threading
 import time
 
 import pytest
+from wsproto.events import TextMessage
 
-from .conftest import alive, start
-from .wsclient import Client, output_of
+from .conftest import Server, alive, start
+from .wsclient import Client, Closed, output_of
 
 
 def test_a_process_that_closes_stdout_early_keeps_running(client: Client) -> None:
@@ -125,4 +127,24 @@ def test_out_of_descriptors_a_spawn_fails_clearly_and_the_server_recovers(adapte
     client.close()
     log = server.stop()
     assert server.process.returncode == 0, log
+    assert "Traceback" not in log, log
+
+
+def test_frames_behind_one_that_closes_the_connection_are_dropped_quietly(adapter: str) -> None:
+    """A stray notification closes the connection; frames that arrived with it in one read
+    must be dropped, not fed to a core that has already forgotten the connection."""
+    server = Server(adapter)
+    try:
+        c = server.client()
+        frames = [TextMessage(data=json.dumps({"method": "bogus/notification"}))]
+        frames += [TextMessage(data=json.dumps({"id": i, "method": "environment/info"}))
+                   for i in range(20)]
+        c.sock.sendall(b"".join(c.ws.send(frame) for frame in frames))  # one write, one read
+        with pytest.raises(Closed) as closed:
+            while True:
+                c.recv()
+        assert closed.value.code == 1002
+        assert "result" in server.client().call("environment/info")
+    finally:
+        log = server.stop()
     assert "Traceback" not in log, log

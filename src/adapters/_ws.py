@@ -162,6 +162,10 @@ class ServerSocket:
                     # Answer a close frame; a dropped TCP connection (1006) gets no answer.
                     if ws.state is ConnectionState.REMOTE_CLOSING:
                         out.send += ws.send(event.response())
+                    elif ws.state is ConnectionState.OPEN:
+                        # wsproto refused a frame (invalid UTF-8 in a text frame is 1007):
+                        # close with its code and reason rather than just hang up.
+                        out.send += self.close(event.code, (event.reason or "")[:100])
                     self.closed = out.closed = True
                 if self.closed:
                     return

@@ -71,10 +71,17 @@ def _valid_id(value: object) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and value in _I64)
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def parse(data: bytes | str) -> Incoming | Malformed | ClientResponse:
     """Decode one frame."""
     try:
-        message = json.loads(data)
+        # A binary frame is UTF-8 like a text frame (json.loads would also guess UTF-16 and
+        # UTF-32 from the bytes), and NaN and Infinity are Python's extensions, not JSON.
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        message = json.loads(text, parse_constant=_not_json)
     except (ValueError, RecursionError) as exc:
         # ValueError covers bad JSON, bad UTF-8 and integers too long to convert.
         return Malformed(str(exc) or type(exc).__name__)

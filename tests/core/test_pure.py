@@ -334,6 +334,22 @@ def test_path_uri_round_trip(path: str) -> None:
     assert path_from_uri(uri) == path
 
 
+# -- what is not JSON ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b'{"id":1,"method":"m","params":{"x":NaN}}',
+        '{"id":1,"method":"m","params":[Infinity, -Infinity]}',
+        '{"id":1,"method":"m"}'.encode("utf-16"),  # json.loads alone would guess UTF-16
+        b"\xef\xbb\xbf" + b'{"id":1,"method":"m"}',  # a UTF-8 BOM, as in a text frame
+    ],
+)
+def test_python_json_extensions_are_malformed_frames(frame: bytes | str) -> None:
+    assert isinstance(parse(frame), Malformed)
+
+
 # -- OutputLog ----------------------------------------------------------------------------------
 
 

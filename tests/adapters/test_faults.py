@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from wsproto.events import TextMessage
@@ -77,8 +78,19 @@ class LimitedServer:
         return err
 
 
-def test_out_of_descriptors_a_spawn_fails_clearly_and_the_server_recovers(adapter: str) -> None:
+@pytest.fixture
+def limited(adapter: str) -> Iterator[LimitedServer]:
     server = LimitedServer(adapter, nofile=64)
+    yield server
+    if server.process.poll() is None:  # the test failed before it stopped the server
+        server.process.kill()
+        server.process.communicate()
+
+
+def test_out_of_descriptors_a_spawn_fails_clearly_and_the_server_recovers(
+    limited: LimitedServer,
+) -> None:
+    server = limited
     client = Client(server.url)
     assert "result" in client.handshake()
     running: list[str] = []

@@ -63,6 +63,7 @@ log = logging.getLogger("execproto")
 # Reads per wakeup: large, so a fast writer costs few events, yet bounded, so one busy process
 # cannot hold the loop (the pipe itself holds 1 MiB).
 READ_SIZE = 256 << 10
+TRIM_INTERVAL = 2.0  # seconds between releases of free heap memory (a no-op trim: ~0.4 ms)
 
 # What ends input on a terminal: closing our copy of the pty would not, as the reader of
 # the other side only sees end-of-file when the line discipline gets ^D.
@@ -114,6 +115,7 @@ class Driver:
         self._http: dict[int, tuple[threading.Event, bool]] = {}
         self._cancel_tick: Callable[[], None] | None = None
         self._tick_at: float | None = None
+        self._trimming = False  # a periodic release of free heap memory is scheduled
         self.on_idle: Callable[[], None] | None = None  # called after a drain leaves it idle
         self.peers: dict[int, Peer] = {}  # open connections, by the handle the core knows
         self._conns = 0
@@ -147,8 +149,17 @@ class Driver:
         finally:
             self._busy = False
         self._schedule_tick()
+        if not self._trimming:
+            self._trimming = True
+            self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
         if self.on_idle is not None and self.core.idle:
             self.on_idle()
+
+    def _trim(self) -> None:
+        """Output buffers come from the heap (see `_posix.keep_buffers_in_heap`); the memory
+        of evicted logs and finished bursts is given back here, every TRIM_INTERVAL."""
+        _posix.release_free_memory()
+        self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
 
     def _schedule_tick(self) -> None:
         when = self.core.next_deadline()

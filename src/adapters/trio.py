@@ -8,10 +8,13 @@ owns the core.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import signal
+from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import trio
@@ -24,6 +27,7 @@ from .backends import Backend
 from ._listen import Listen, QuietRetries
 from ._peer import HIGH_WATER, LOW_WATER, Peer, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
+from ._sockwriter import BATCH
 
 
 class _Loop:
@@ -139,16 +143,15 @@ class _Connection:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 while self._outbox:
-                    data = b"".join(self._outbox)
-                    self._outbox.clear()
-                    await self._send(data)
-                    self._unsent -= len(data)
+                    parts, self._outbox = self._outbox, []
+                    await self._send(parts)
+                    self._unsent -= sum(len(part) for part in parts)
                     if self._blocked and self._unsent < LOW_WATER and self.peer is not None:
                         self._blocked = False
                         self.peer.drained()
                 if self._closing:
                     return
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         finally:
             done.cancel()
@@ -174,6 +177,19 @@ class _Connection:
             self.peer.lost()
             with trio.CancelScope(shield=True):
                 await self._close()
+
+
+async def _send_parts(sock: Any, parts: list[bytes]) -> None:
+    """Send ``parts`` with vectored sends: no joined copy of a connection's whole backlog."""
+    views = deque(memoryview(part) for part in parts)
+    while views:
+        sent = await sock.sendmsg(list(itertools.islice(views, BATCH)))
+        while sent:
+            if len(views[0]) <= sent:
+                sent -= len(views.popleft())
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
 
 
 async def serve(
@@ -203,7 +219,8 @@ async def serve(
 
         async def websocket(stream: trio.SocketStream) -> None:
             host, port = stream.socket.getpeername()[:2]
-            conn = _Connection(stream.receive_some, stream.send_all, stream.aclose)
+            conn = _Connection(stream.receive_some, partial(_send_parts, stream.socket),
+                               stream.aclose)
             peer = WsPeer(driver, conn.write, conn.hang_up, token)
             conn.peer = peer
 
@@ -222,7 +239,10 @@ async def serve(
                 await stdin.aclose()
                 await stdout.aclose()
 
-            conn = _Connection(stdin.receive_some, stdout.send_all, close_both)
+            async def send_joined(parts: list[bytes]) -> None:
+                await stdout.send_all(b"".join(parts))
+
+            conn = _Connection(stdin.receive_some, send_joined, close_both)
             stdio = StdioPeer(driver, conn.write, conn.hang_up)
             conn.peer = stdio
             stdio.opened("stdio")

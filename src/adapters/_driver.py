@@ -116,6 +116,7 @@ class Driver:
         self._cancel_tick: Callable[[], None] | None = None
         self._tick_at: float | None = None
         self._trimming = False  # a periodic release of free heap memory is scheduled
+        self._stopping = False
         self.on_idle: Callable[[], None] | None = None  # called after a drain leaves it idle
         self.peers: dict[int, Peer] = {}  # open connections, by the handle the core knows
         self._conns = 0
@@ -159,7 +160,8 @@ class Driver:
         """Output buffers come from the heap (see `_posix.keep_buffers_in_heap`); the memory
         of evicted logs and finished bursts is given back here, every TRIM_INTERVAL."""
         _posix.release_free_memory()
-        self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
+        if not (self._stopping and self.core.idle):  # an embedding host's loop lives on
+            self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
 
     def _schedule_tick(self) -> None:
         when = self.core.next_deadline()
@@ -411,4 +413,5 @@ class Driver:
 
     def shutdown(self) -> None:
         """Stop: close every connection, terminate every process; `on_idle` fires when done."""
+        self._stopping = True
         self.feed(Shutdown())

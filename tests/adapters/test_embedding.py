@@ -62,3 +62,24 @@ def test_the_client_example_runs_as_written(backend: str) -> None:
         )
     finally:
         server.stop()
+
+
+def test_an_embedded_server_leaves_nothing_scheduled_in_the_host_loop() -> None:
+    """After `serve` returns, the host's loop goes on: nothing of the server may keep waking it
+    (the driver's periodic heap trim, say)."""
+    import asyncio
+
+    from execproto.adapters._driver import TRIM_INTERVAL
+    from execproto.adapters.asyncio import serve
+
+    async def main() -> list[str]:
+        stop = asyncio.Event()
+        server = asyncio.create_task(serve("ws://127.0.0.1:0", stop=stop))
+        await asyncio.sleep(0.2)
+        stop.set()
+        await server
+        await asyncio.sleep(TRIM_INTERVAL + 0.5)  # any trim scheduled before the stop has fired
+        pending = asyncio.get_running_loop()._scheduled  # type: ignore[attr-defined]
+        return [repr(h) for h in pending if not h.cancelled()]
+
+    assert asyncio.run(main()) == []

@@ -23,6 +23,7 @@ measuring client (bench/wsbench.py). Workloads:
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -51,8 +52,10 @@ GIB = 1 << 30
 
 
 class Server:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+                 home: str | None = None) -> None:
         self.name = name
+        self.home = home  # a scratch directory the server used, removed when it stops
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                         text=True, env={**os.environ, **(env or {})})
         assert self.process.stdout is not None
@@ -68,6 +71,8 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        if self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
 
 
 def execproto(adapter: str) -> Callable[[], Server]:
@@ -77,8 +82,6 @@ def execproto(adapter: str) -> Callable[[], Server]:
 
 
 def reference_binary() -> str | None:
-    import glob
-
     candidates = [os.environ.get("EXECPROTO_REFERENCE"), shutil.which("codex")]
     installed = "/tmp/ref/node_modules/@openai/codex-linux-x64/vendor/*/bin/codex"
     candidates += sorted(glob.glob(installed))
@@ -94,7 +97,7 @@ def reference(binary: str) -> Callable[[], Server]:
     def start() -> Server:
         home = tempfile.mkdtemp(prefix="codex-home-")
         return Server("reference", [binary, "exec-server", "--listen", "ws://127.0.0.1:0"],
-                      env={"CODEX_HOME": home})
+                      env={"CODEX_HOME": home}, home=home)
 
     return start
 
@@ -421,9 +424,7 @@ def measure_ws(start: Callable[[], Server], size: int, runs: int) -> dict[str, A
         stream = best_stream(lambda: ws_stream(server, size))
     finally:
         server.stop()
-    return {**stream, "latency_median_ms": statistics.median(lat) * 1e3,
-            "latency_p95_ms": p95(lat) * 1e3, "fanout_start_s": started, "fanout_close_s": closed,
-            "fanout_peak_rss_mb": peak, "idle_rss_mb": idle}
+    return figures(stream, lat, (started, closed, peak), idle)
 
 
 def measure_ssh(binary: str, size: int, runs: int) -> dict[str, Any]:
@@ -435,9 +436,16 @@ def measure_ssh(binary: str, size: int, runs: int) -> dict[str, Any]:
         stream = best_stream(lambda: ssh_stream(sshd, size))
     finally:
         sshd.stop()
-    return {**stream, "latency_median_ms": statistics.median(lat) * 1e3,
-            "latency_p95_ms": p95(lat) * 1e3, "fanout_start_s": started, "fanout_close_s": closed,
-            "fanout_peak_rss_mb": peak, "idle_rss_mb": idle}
+    return figures(stream, lat, (started, closed, peak), idle)
+
+
+def figures(stream: dict[str, float], latencies: list[float],
+            fanout: tuple[float, float, float], idle: float) -> dict[str, Any]:
+    """One server's row of the table."""
+    started, closed, peak = fanout
+    return {**stream, "latency_median_ms": statistics.median(latencies) * 1e3,
+            "latency_p95_ms": p95(latencies) * 1e3, "fanout_start_s": started,
+            "fanout_close_s": closed, "fanout_peak_rss_mb": peak, "idle_rss_mb": idle}
 
 
 ROWS = [

@@ -64,6 +64,7 @@ from ._events import (
     Tick,
 )
 from ._paths import path_from_uri, uri_from_path
+from ._policy import PathRule, Policy
 from ._server import ServerCore
 from ._trace import Recorder, ReplayResult, replay
 
@@ -100,7 +101,9 @@ __all__ = [
     "Output",
     "OutputLost",
     "OutputReceived",
+    "PathRule",
     "PauseOutput",
+    "Policy",
     "ProcessExited",
     "ProcessSpawned",
     "Ready",

@@ -6,6 +6,7 @@ from typing import Any
 
 import attrs
 
+from ._policy import Policy
 
 
 @attrs.frozen(kw_only=True)
@@ -21,6 +22,9 @@ class SpawnSpec:
     # Who asked, for backends that label or account for what they run.
     session_id: str
     process_id: str
+    # The sandbox to run it in (the client's request narrowed by the operator's floor), or
+    # None for none. A backend that cannot enforce it must refuse the spawn.
+    sandbox: Policy | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -99,10 +103,16 @@ class Finalize:
 
 @attrs.frozen(kw_only=True)
 class FsRequest:
-    """A validated filesystem call. Paths are native; ``params`` holds the method's own fields."""
+    """A validated filesystem call. Paths are native; ``params`` holds the method's own fields.
+
+    ``sandbox``: the policy the call must stay within (the client's, narrowed by the
+    operator's floor), or None for none. Reading where it denies is refused with EACCES,
+    writing where it does not grant write with EROFS, as a sandboxed process would see.
+    """
 
     method: str
     params: Any
+    sandbox: Policy | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -6,6 +6,8 @@ from typing import Any
 
 import attrs
 
+from ._policy import Policy
+
 
 @attrs.frozen(kw_only=True)
 class Config:
@@ -18,6 +20,11 @@ class Config:
     closed_ttl: float = 30.0  # seconds a closed process stays readable
     write_id_memory: int = 4096  # writeIds remembered per process
     max_fs_handles: int = 128  # open fs handles per connection
+    # The operator's sandbox, the floor every client request is narrowed by (None: none).
+    floor: Policy | None = None
+    # The `sandboxType` a sandboxed process reports: the wire name of what enforces policies
+    # here ("linuxSeccomp" for bubblewrap, which is what the client knows it by), or "none"
+    # when nothing can, and then a request for a sandbox is refused.
     sandbox_type: str = "none"
 
 

@@ -8,101 +8,17 @@ Clients and their authors have seen these; keeping them means one set of errors 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
+from . import _sandbox
 from ._b64 import decode as b64decode
 from ._env import INHERIT_CHOICES, EnvPolicy
-from ._errors import RpcError, invalid_params
-from ._jsonrpc import describe
+from ._errors import invalid_params
+from ._fields import Fields, text, wrong_type
 from ._paths import cwd_from_uri
-
-T = TypeVar("T")
-
-# Counts are u64 on the reference's side; anything outside is "invalid number" there too.
-_MAX_UINT = 2**64 - 1
-
-
-def wrong_type(value: Any, expected: str) -> RpcError:
-    return invalid_params(f"invalid type: {describe(value)}, expected {expected}")
-
-
-def text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise wrong_type(value, "a string")
-    return value
-
-
-def _flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise wrong_type(value, "a boolean")
-    return value
-
-
-def _uint(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise wrong_type(value, "u64")
-    if isinstance(value, float) or not 0 <= value <= _MAX_UINT:
-        raise invalid_params("invalid number")
-    return value
-
-
-def _texts(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise wrong_type(value, "a sequence")
-    return tuple(text(item) for item in value)
-
-
-def _text_map(value: Any) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise wrong_type(value, "a map")
-    return {key: text(item) for key, item in value.items()}
-
-
-class Fields:
-    """Reads a params object field by field. ``struct`` names it in messages."""
-
-    __slots__ = ("_params",)
-
-    def __init__(self, params: Any, struct: str) -> None:
-        if not isinstance(params, dict):
-            raise wrong_type(params, f"struct {struct}")
-        self._params: dict[str, Any] = params
-
-    def required(self, name: str, convert: Callable[[Any], T]) -> T:
-        if name not in self._params:
-            raise invalid_params(f"missing field `{name}`")
-        return convert(self._params[name])
-
-    def optional(self, name: str, convert: Callable[[Any], T]) -> T | None:
-        value = self._params.get(name)
-        return None if value is None else convert(value)
-
-    def text(self, name: str) -> str:
-        return self.required(name, text)
-
-    def opt_text(self, name: str) -> str | None:
-        return self.optional(name, text)
-
-    def flag(self, name: str, default: bool | None = None) -> bool:
-        if default is None:
-            return self.required(name, _flag)
-        value = self.optional(name, _flag)
-        return default if value is None else value
-
-    def uint(self, name: str) -> int:
-        return self.required(name, _uint)
-
-    def opt_uint(self, name: str) -> int | None:
-        return self.optional(name, _uint)
-
-    def texts(self, name: str) -> tuple[str, ...]:
-        return self.required(name, _texts)
-
-    def text_map(self, name: str) -> dict[str, str]:
-        return self.required(name, _text_map)
+from ._sandbox import SandboxRequest
 
 
 @attrs.frozen(kw_only=True)
@@ -131,6 +47,7 @@ class StartParams:
     tty: bool
     pipe_stdin: bool
     env_policy: EnvPolicy | None
+    sandbox: SandboxRequest | None
 
 
 def _inherit(value: Any) -> str:
@@ -163,6 +80,7 @@ def start(params: Any) -> StartParams:
     pipe_stdin = fields.flag("pipeStdin", False)
     arg0 = fields.opt_text("arg0")
     env_policy = fields.optional("envPolicy", _env_policy)
+    sandbox = _sandbox.parse(fields.raw("sandbox"))
     if not argv:
         raise invalid_params("argv must not be empty")
     return StartParams(
@@ -174,6 +92,7 @@ def start(params: Any) -> StartParams:
         tty=tty,
         pipe_stdin=pipe_stdin,
         env_policy=env_policy,
+        sandbox=sandbox,
     )
 
 

@@ -20,7 +20,7 @@ class ForeignPath(Exception):
     """A well-formed ``file:`` URI that does not name a path on this host."""
 
 
-def _parse(uri: str) -> str:
+def parse_uri(uri: str) -> str:
     """The native path of ``uri``; `RpcError` for a non-URI, `ForeignPath` for another host."""
     try:
         parts = urlsplit(uri)
@@ -41,7 +41,7 @@ def _parse(uri: str) -> str:
 def path_from_uri(uri: str) -> str:
     """The native absolute path a ``file:`` URI names, for the fs methods."""
     try:
-        return _parse(uri)
+        return parse_uri(uri)
     except ForeignPath:
         raise invalid_request(f"'{uri}' is invalid on 'linux'") from None
 
@@ -49,7 +49,7 @@ def path_from_uri(uri: str) -> str:
 def cwd_from_uri(uri: str) -> str:
     """As `path_from_uri`, for ``process/start``'s cwd (the reference words it differently)."""
     try:
-        return _parse(uri)
+        return parse_uri(uri)
     except ForeignPath:
         raise invalid_params(
             f"cwd URI `{uri}` is not valid on this exec-server host: '{uri}' is invalid on 'linux'"

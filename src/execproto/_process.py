@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from ._errors import LocalProtocolError
 from ._jsonrpc import encode_output, output_prefix
 from ._output import OutputLog
+from ._sandbox import DENIAL_WORDS, likely_denied, mentions_denial
 
 if TYPE_CHECKING:
     from ._session import PendingRead, Session
@@ -71,6 +72,10 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+# Enough of a chunk's end to hold all but the last byte of any word of denial.
+_TAIL = max(len(word) for word in DENIAL_WORDS) - 1
+
+
 class Process:
     """State of one process. Mutated only by the server through `step` and its own fields."""
 
@@ -92,6 +97,9 @@ class Process:
         "write_ids",
         "readers",
         "_prefixes",
+        "sandboxed",
+        "denial_mentioned",
+        "_tail",
     )
 
     def __init__(
@@ -104,6 +112,7 @@ class Process:
         pipe_stdin: bool,
         retention_bytes: int,
         retention_chunks: int,
+        sandboxed: bool = False,
     ) -> None:
         self.proc = proc
         self.process_id = process_id
@@ -125,6 +134,11 @@ class Process:
         # Pending long-poll reads, by token.
         self.readers: dict[int, PendingRead] = {}
         self._prefixes = {s: output_prefix(process_id, s) for s in self.open_streams}
+        # A sandboxed process's output is scanned for words of denial (``sandboxDenied``); the
+        # tail of the last chunk is kept so that a word split between two chunks is seen.
+        self.sandboxed = sandboxed
+        self.denial_mentioned = False
+        self._tail = b""
 
     def step(self, event: Input) -> bool:
         """Apply one input; True when it closed the process (the caller finalizes it)."""
@@ -156,6 +170,11 @@ class Process:
             return None
         seq = self.take_seq()
         self.log.append(seq, stream, data)
+        if self.sandboxed and not self.denial_mentioned:
+            self.denial_mentioned = mentions_denial(self._tail + data[:_TAIL]) or (
+                mentions_denial(data)
+            )
+            self._tail = data[-_TAIL:]
         return encode_output(self._prefixes[stream], seq, base64.b64encode(data))
 
     def close_stream(self, stream: str) -> bool:
@@ -185,6 +204,10 @@ class Process:
     def release(self) -> None:
         self.held = False
         self.log.release()
+
+    @property
+    def sandbox_denied(self) -> bool:
+        return self.sandboxed and likely_denied(self.exit_code, self.denial_mentioned)
 
     @property
     def may_signal(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from . import _params
+from . import _params, _sandbox
 from ._actions import (
     CloseStdin,
     Finalize,
@@ -34,11 +34,17 @@ from ._events import (
     StreamClosed,
 )
 from ._jsonrpc import Id
+from ._policy import Policy, narrow
 from ._process import Input, Phase, Process
 from ._session import Connection, PendingRead, Session
 from ._state import CoreState
 
 ABANDONED = "output pipes abandoned: a descendant kept them open after the process was terminated"
+
+
+def _sandbox_type(core: CoreState, process: Process) -> str:
+    # Only ever a value the client can read; "none" means what it says.
+    return core.config.sandbox_type if process.sandboxed else "none"
 
 
 def unknown_process(process_id: str) -> RpcError:
@@ -53,6 +59,8 @@ class ProcessHandlers(CoreState):
     ) -> None:
         if p.process_id in session.processes:
             raise invalid_request(f"process {p.process_id} already exists")
+        env = child_environment(self.host.env, p.env, p.env_policy)
+        sandbox = self._sandbox_for(p, env)
         handle = self._next_proc
         self._next_proc += 1
         process = Process(
@@ -63,13 +71,13 @@ class ProcessHandlers(CoreState):
             pipe_stdin=p.pipe_stdin,
             retention_bytes=self.config.retention_bytes,
             retention_chunks=self.config.retention_chunks,
+            sandboxed=sandbox is not None,
         )
         if session.acks:
             process.hold()
         session.processes[p.process_id] = process
         self._procs[handle] = process
         c.starts[handle] = msg_id
-        env = child_environment(self.host.env, p.env, p.env_policy)
         spec = SpawnSpec(
             argv=p.argv,
             arg0=p.arg0,
@@ -79,8 +87,19 @@ class ProcessHandlers(CoreState):
             pipe_stdin=p.pipe_stdin,
             session_id=session.session_id,
             process_id=p.process_id,
+            sandbox=sandbox,
         )
         self._emit(Spawn(proc=handle, spec=spec))
+
+    def _sandbox_for(self, p: _params.StartParams, env: dict[str, str]) -> Policy | None:
+        """The client's sandbox narrowed by the operator's floor; -32602 if nothing here can
+        enforce the result (fail closed: the process does not run unconfined)."""
+        cwd = p.sandbox.cwd if p.sandbox is not None and p.sandbox.cwd is not None else p.cwd
+        asked = _sandbox.policy(p.sandbox, cwd, env.get("TMPDIR"))
+        policy = narrow(self.config.floor, asked)
+        if policy is not None and self.config.sandbox_type == "none":
+            raise invalid_params(_sandbox.CANNOT_ENFORCE)
+        return policy
 
     def _process_read(
         self, c: Connection, session: Session, msg_id: Id, p: _params.ReadParams
@@ -176,7 +195,7 @@ class ProcessHandlers(CoreState):
             self._respond(
                 c.conn,
                 c.starts.pop(process.proc),
-                {"processId": process.process_id, "sandboxType": self.config.sandbox_type},
+                {"processId": process.process_id, "sandboxType": _sandbox_type(self, process)},
             )
         if process.terminating:
             process.terminating = False
@@ -234,7 +253,7 @@ class ProcessHandlers(CoreState):
                 "processId": process.process_id,
                 "seq": process.take_seq(),
                 "exitCode": process.exit_code,
-                "sandboxDenied": False,
+                "sandboxDenied": process.sandbox_denied,
             },
         )
         if closed:
@@ -372,7 +391,7 @@ def _read_result(
         "exitCode": process.exit_code,
         "closed": process.phase is Phase.CLOSED,
         "failure": process.failure,
-        "sandboxDenied": False,
+        "sandboxDenied": process.sandbox_denied,
         "firstRetainedSeq": first if first is not None else process.next_seq,
         "droppedBytes": log.dropped_bytes,
     }

@@ -12,14 +12,19 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+import attrs
+
+from . import _sandbox
 from ._actions import CancelHttp, FsRequest, HttpRequest, RunFs, RunHttp, Send
 from ._b64 import decode, decode_or_raise
 from ._errors import NOT_FOUND, LocalProtocolError, RpcError, internal_error, invalid_params
 from ._errors import invalid_request
 from ._events import FsCompleted, HttpBodyReceived, HttpFinished, HttpResponded
+from ._fields import Fields, text, wrong_type
 from ._jsonrpc import Id, encode_notification
-from ._params import Fields, text, wrong_type
 from ._paths import path_from_uri
+from ._policy import narrow
+from ._sandbox import SandboxRequest
 from ._session import Connection, Session
 from ._state import CoreState
 
@@ -33,8 +38,9 @@ def _uri(fields: Fields, name: str) -> str:
     return path_from_uri(fields.text(name))
 
 
-def parse_fs(method: str, raw: Any) -> FsRequest:
-    """Validate the params of any ``fs/*`` method into the request the adapter runs."""
+def parse_fs(method: str, raw: Any) -> tuple[FsRequest, SandboxRequest | None]:
+    """Validate the params of any ``fs/*`` method into the request the adapter runs, and the
+    sandbox it asks for (resolved into a policy once the server's floor is known)."""
     f = Fields(raw, "FsParams")
     if method in ("fs/readFile", "fs/getMetadata", "fs/canonicalize", "fs/readDirectory"):
         params: dict[str, Any] = {"path": _uri(f, "path")}
@@ -69,7 +75,7 @@ def parse_fs(method: str, raw: Any) -> FsRequest:
     else:
         assert method == "fs/close"
         params = {"handleId": f.text("handleId")}
-    return FsRequest(method=method, params=params)
+    return FsRequest(method=method, params=params), _sandbox.parse(f.raw("sandbox"), for_fs=True)
 
 
 def unknown_handle(handle_id: str) -> RpcError:
@@ -155,7 +161,20 @@ class ServiceHandlers(CoreState):
 
     # -- fs -------------------------------------------------------------------------------------
 
-    def _fs_run(self, c: Connection, session: Session, msg_id: Id, request: FsRequest) -> None:
+    def _fs_run(
+        self,
+        c: Connection,
+        session: Session,
+        msg_id: Id,
+        parsed: tuple[FsRequest, SandboxRequest | None],
+    ) -> None:
+        request, asked = parsed
+        if asked is not None and asked.dynamic and asked.cwd is None:
+            raise invalid_params("file system sandbox context with dynamic permissions requires cwd")
+        cwd = asked.cwd if asked is not None else None
+        asked_policy = _sandbox.policy(asked, cwd, self.host.env.get("TMPDIR"))
+        policy = narrow(self.config.floor, asked_policy)
+        request = attrs.evolve(request, sandbox=policy)
         handle_id = request.params.get("handleId")
         if request.method == "fs/open":
             if handle_id in c.fs_handles:

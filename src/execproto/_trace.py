@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from . import _actions, _events
+from . import _actions, _events, _policy
 from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError
 from ._events import Event
@@ -31,7 +31,7 @@ VERSION = 1
 
 _TYPES: dict[str, type] = {
     cls.__name__: cls
-    for module in (_events, _actions)
+    for module in (_events, _actions, _policy)
     for cls in vars(module).values()
     if isinstance(cls, type) and attrs.has(cls)
 }
@@ -75,7 +75,8 @@ def _header(config: Config, host: Host, redacted: bool) -> dict[str, Any]:
     header = {
         "format": FORMAT,
         "version": VERSION,
-        "config": attrs.asdict(config),
+        # Field by field, so a nested value (the sandbox floor) keeps its type for replay.
+        "config": {f.name: to_json(getattr(config, f.name)) for f in attrs.fields(Config)},
         "host": attrs.asdict(host),
     }
     if redacted:
@@ -142,7 +143,8 @@ def load_header(line: str) -> tuple[Config, Host]:
     header = json.loads(line)
     if header.get("format") != FORMAT or header.get("version") != VERSION:
         raise ValueError(f"not an {FORMAT} v{VERSION} trace: {line[:80]!r}")
-    return Config(**header["config"]), Host(**header["host"])
+    fields = {key: from_json(value) for key, value in header["config"].items()}
+    return Config(**fields), Host(**header["host"])
 
 
 def replay(lines: Iterable[str]) -> ReplayResult:

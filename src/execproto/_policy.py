@@ -1,0 +1,121 @@
+"""What a sandboxed process or fs call may touch: one policy, decided in the core.
+
+A `Policy` is a list of path rules and a network switch. A path's access is the access of the
+deepest rule whose path is that path or one of its ancestors (so `/` read, `/w` write,
+`/w/.git` read makes everything readable, `/w` writable but for its `.git`). Access is ordered
+none < read < write. No policy at all (``None``) means unrestricted: no sandbox.
+
+Two policies combine by `narrow`: at every path the lesser access, and the network only if both
+allow it. The operator's policy (its flags) is a floor in this sense: whatever a client asks is
+narrowed by it, so a client can take rights away, never add them. The rules are lexical (absolute,
+normalized paths); symlinks are the adapter's to resolve, and it narrows the resolved rules by
+the floor again before it enforces them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+from typing import Literal
+
+import attrs
+
+Access = Literal["none", "read", "write"]
+RANK: dict[str, int] = {"none": 0, "read": 1, "write": 2}
+
+
+def normalize(path: str) -> str:
+    """An absolute path without `.`, `..`, repeated or trailing slashes (lexically)."""
+    path = posixpath.normpath(path)
+    return "/" if path == "//" else path
+
+
+def _contains(ancestor: str, path: str) -> bool:
+    return ancestor == "/" or path == ancestor or path.startswith(ancestor + "/")
+
+
+def _depth(path: str) -> int:
+    return 0 if path == "/" else path.count("/")
+
+
+@attrs.frozen(kw_only=True)
+class PathRule:
+    """Access to ``path`` and everything beneath it, unless a deeper rule says otherwise."""
+
+    path: str
+    access: str  # an Access
+
+
+def _weaker(rule: PathRule, other: PathRule) -> bool:
+    return RANK[rule.access] < RANK[other.access]
+
+
+def _sorted(rules: Iterable[PathRule]) -> tuple[PathRule, ...]:
+    return tuple(sorted(rules, key=lambda rule: (_depth(rule.path), rule.path)))
+
+
+@attrs.frozen(kw_only=True)
+class Policy:
+    """A restricted sandbox. ``rules`` are sorted shallow first and hold one rule per path."""
+
+    rules: tuple[PathRule, ...]
+    network: bool
+    # Shell patterns (absolute) of paths denied as well: they name no fixed path, so the
+    # adapter expands them when it sets the sandbox up, and what they match is denied.
+    deny_globs: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls, rules: Iterable[PathRule], network: bool, deny_globs: Iterable[str] = ()
+    ) -> Policy:
+        """A policy from rules in any order; of two rules for one path the lesser wins, and
+        every path not beneath a rule is denied (an explicit `/` none rule is added)."""
+        by_path: dict[str, PathRule] = {}
+        for rule in rules:
+            rule = attrs.evolve(rule, path=normalize(rule.path))
+            old = by_path.get(rule.path)
+            if old is None or _weaker(rule, old):
+                by_path[rule.path] = rule
+        by_path.setdefault("/", PathRule(path="/", access="none"))
+        return cls(rules=_sorted(by_path.values()), network=network, deny_globs=tuple(deny_globs))
+
+    def rule_for(self, path: str) -> PathRule:
+        """The deepest rule that governs ``path`` (a normalized absolute path)."""
+        found = self.rules[0]
+        for rule in self.rules:
+            if _contains(rule.path, path):
+                found = rule
+        return found
+
+    def access(self, path: str) -> str:
+        return self.rule_for(normalize(path)).access
+
+    def can_read(self, path: str) -> bool:
+        return self.access(path) != "none"
+
+    def can_write(self, path: str) -> bool:
+        return self.access(path) == "write"
+
+    def narrow(self, other: Policy | None) -> Policy:
+        """At every path the lesser of the two accesses; network only if both allow it."""
+        if other is None:
+            return self
+        rules = []
+        for path in {rule.path for rule in self.rules} | {rule.path for rule in other.rules}:
+            mine, theirs = self.rule_for(path), other.rule_for(path)
+            access = min(mine.access, theirs.access, key=RANK.__getitem__)
+            rules.append(PathRule(path=path, access=access))
+        globs = self.deny_globs + tuple(g for g in other.deny_globs if g not in self.deny_globs)
+        return Policy(rules=_sorted(rules), network=self.network and other.network,
+                      deny_globs=globs)
+
+    def writable_roots(self) -> tuple[str, ...]:
+        return tuple(rule.path for rule in self.rules if rule.access == "write")
+
+
+def narrow(floor: Policy | None, request: Policy | None) -> Policy | None:
+    """The policy that applies when the operator's ``floor`` meets a client's ``request``
+    (``None`` on either side: that side restricts nothing)."""
+    if floor is None:
+        return request
+    return floor.narrow(request)

@@ -1,0 +1,88 @@
+"""The sandbox policy: deepest rule wins, and narrowing never grants more than either side."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from execproto import PathRule, Policy
+from execproto._policy import RANK, narrow, normalize
+
+
+def policy(network: bool = False, **rules: str) -> Policy:
+    """``policy(**{"/": "read", "/w": "write"})``"""
+    return Policy.of([PathRule(path=p, access=a) for p, a in rules.items()], network)
+
+
+def test_the_deepest_rule_decides() -> None:
+    p = policy(**{"/": "read", "/w": "write", "/w/.git": "read", "/w/.git/x": "none"})
+    assert p.access("/etc/passwd") == "read"
+    assert p.access("/w") == "write"
+    assert p.access("/w/src/a.c") == "write"
+    assert p.access("/w/.git/HEAD") == "read"
+    assert p.access("/w/.git/x/y") == "none"
+    assert p.access("/w2") == "read"  # a sibling whose name starts alike is not beneath /w
+
+
+def test_paths_are_compared_after_normalizing() -> None:
+    p = policy(**{"/": "read", "/w/": "write"})
+    assert p.can_write("/w/a/../b")
+    assert not p.can_write("/w/../etc/passwd")
+    assert normalize("//") == "/"
+    assert normalize("/a//b/./c/..") == "/a/b"
+
+
+def test_without_a_root_rule_everything_else_is_denied() -> None:
+    p = policy(**{"/w": "write"})
+    assert p.access("/etc") == "none"
+    assert p.rules[0] == PathRule(path="/", access="none")
+
+
+def test_of_two_rules_for_one_path_the_lesser_wins() -> None:
+    p = Policy.of([PathRule(path="/w", access="write"), PathRule(path="/w", access="read")], False)
+    assert p.access("/w/x") == "read"
+
+
+def test_a_client_can_narrow_the_floor_but_never_widen_it() -> None:
+    floor = policy(**{"/": "read", "/w": "write"})
+    asked = policy(network=True, **{"/": "write"})
+    got = floor.narrow(asked)
+    assert got.access("/etc") == "read"
+    assert got.access("/w/x") == "write"
+    assert got.network is False
+    read_only = floor.narrow(policy(**{"/": "read"}))
+    assert not read_only.can_write("/w/x")
+
+
+def test_no_floor_means_the_request_as_asked() -> None:
+    asked = policy(**{"/": "read"})
+    assert narrow(None, asked) is asked
+    assert narrow(None, None) is None
+    floor = policy(**{"/": "read"})
+    assert narrow(floor, None) == floor
+
+
+def test_deny_patterns_from_both_sides_are_kept() -> None:
+    a = Policy.of([PathRule(path="/", access="read")], False, deny_globs=["/w/*.env"])
+    b = Policy.of([PathRule(path="/", access="write")], False, deny_globs=["/w/*.key", "/w/*.env"])
+    assert a.narrow(b).deny_globs == ("/w/*.env", "/w/*.key")
+
+
+_names = st.sampled_from(["a", "b", "w", ".git"])
+_paths = st.lists(_names, max_size=3).map(lambda parts: "/" + "/".join(parts))
+_access = st.sampled_from(["none", "read", "write"])
+_policies = st.builds(
+    lambda rules, network: Policy.of([PathRule(path=p, access=a) for p, a in rules], network),
+    st.lists(st.tuples(_paths, _access), max_size=6),
+    st.booleans(),
+)
+
+
+@settings(derandomize=True, max_examples=300)
+@given(_policies, _policies, _paths)
+def test_narrowing_is_the_lesser_access_at_every_path(a: Policy, b: Policy, path: str) -> None:
+    both = a.narrow(b)
+    expected = min(a.access(path), b.access(path), key=RANK.__getitem__)
+    assert both.access(path) == expected
+    assert both.access(path) == b.narrow(a).access(path)
+    assert both.network == (a.network and b.network)

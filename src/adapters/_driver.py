@@ -206,18 +206,24 @@ class Driver:
         except _posix.SpawnError as exc:
             self.feed(SpawnFailed(proc=action.proc, error=str(exc), kind=exc.kind))
             return
+        except OSError as exc:  # the sandbox could not be set up
+            self.feed(SpawnFailed(proc=action.proc, error=_posix.os_error_text(exc)))
+            return
         # From here the backend is owed exactly one finalize, whatever happens to the spawn.
         self._tokens[action.proc] = prepared.token
         spec = attrs.evolve(action.spec, argv=prepared.argv, env=prepared.env, cwd=prepared.cwd,
                             arg0=prepared.arg0)
         try:
-            child = _posix.spawn(spec)
+            child = _posix.spawn(spec, prepared.pass_fds)
         except _posix.SpawnError as exc:
             self.feed(SpawnFailed(proc=action.proc, error=str(exc), kind=exc.kind))
             return
         except OSError as exc:  # out of descriptors, memory...
             self.feed(SpawnFailed(proc=action.proc, error=_posix.os_error_text(exc)))
             return
+        finally:
+            for fd in prepared.pass_fds:
+                _posix.close_quietly(fd)
         self._children[action.proc] = child
         self.feed(ProcessSpawned(proc=action.proc, pid=child.pid))
         self.loop.watch_read(child.pidfd, lambda: self._on_exit(action.proc))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import fnmatch
 import os
 import shutil
 import stat
@@ -17,7 +18,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from execproto import FsRequest, RpcError, uri_from_path
+from execproto import FsRequest, Policy, RpcError, uri_from_path
+from execproto._policy import RANK
 
 from ._posix import os_error_text
 
@@ -34,6 +36,41 @@ def _os_error(exc: OSError) -> RpcError:
     if exc.errno in (errno.EACCES, errno.EPERM):
         return RpcError(-32600, os_error_text(exc))
     return RpcError(-32603, os_error_text(exc))
+
+
+# What each method needs of which path under a sandbox. A recursive call also needs it of
+# everything beneath the path: no rule deeper down may grant less.
+_NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "fs/readFile": (("path", "read"),),
+    "fs/writeFile": (("path", "write"),),
+    "fs/createDirectory": (("path", "write"),),
+    "fs/getMetadata": (("path", "read"),),
+    "fs/canonicalize": (("path", "read"),),
+    "fs/readDirectory": (("path", "read"),),
+    "fs/remove": (("path", "write"),),
+    "fs/copy": (("source", "read"), ("destination", "write")),
+    "fs/open": (("path", "read"),),
+}
+_DENIED = {
+    "read": RpcError(-32600, "Permission denied (os error 13)"),
+    "write": RpcError(-32603, "Read-only file system (os error 30)"),
+}
+
+
+def _within(policy: Policy, method: str, params: dict[str, Any]) -> None:
+    """Refuse the call as the sandbox would: EACCES for a denied read, EROFS for a write where
+    the policy grants none. Paths are checked as resolved through their symlinks."""
+    recursive = params.get("recursive", False)
+    for name, need in _NEEDS.get(method, ()):
+        real = os.path.realpath(params[name])
+        granted = policy.access(real)
+        if any(fnmatch.fnmatchcase(real, pattern) for pattern in policy.deny_globs):
+            granted = "none"
+        if recursive:
+            deeper = [r.access for r in policy.rules if r.path.startswith(real.rstrip("/") + "/")]
+            granted = min([granted, *deeper], key=RANK.__getitem__)
+        if RANK[granted] < RANK[need]:
+            raise _DENIED[need]
 
 
 class Files:
@@ -60,6 +97,8 @@ class Files:
     def run(self, conn: int, request: FsRequest) -> tuple[Any, RpcError | None]:
         """(result, None) or (None, error). Never raises for what the request did."""
         try:
+            if request.sandbox is not None:
+                _within(request.sandbox, request.method, request.params)
             return self._run[request.method](conn, request.params), None
         except RpcError as error:
             return None, error

@@ -160,8 +160,9 @@ def _command(spec: SpawnSpec, program: str, wrappers: list[str]) -> tuple[list[s
     return wrappers + rename, None
 
 
-def spawn(spec: SpawnSpec) -> Child:
-    """Start ``spec``. Raises `SpawnError` when it cannot be started."""
+def spawn(spec: SpawnSpec, pass_fds: tuple[int, ...] = ()) -> Child:
+    """Start ``spec``, handing it ``pass_fds`` (at the same numbers). Raises `SpawnError` when
+    it cannot be started."""
     env = dict(spec.env)
     if not os.path.isdir(spec.cwd):
         missing = not os.path.exists(spec.cwd)
@@ -172,7 +173,7 @@ def spawn(spec: SpawnSpec) -> Child:
         # `setsid --ctty` makes the terminal the session's controlling one, as a login would.
         ctty = [_SETSID, "--ctty", "--"] if _SETSID else []
         command, executable = _command(spec, program, wrappers + ctty)
-        return _spawn_tty(spec, env, command, executable, new_session=not ctty)
+        return _spawn_tty(spec, env, command, executable, pass_fds, new_session=not ctty)
     command, executable = _command(spec, program, wrappers)
     ours: list[int] = []
     theirs: list[int] = []
@@ -188,7 +189,8 @@ def spawn(spec: SpawnSpec) -> Child:
         err_read, err_write = _pipe()
         ours += [out_read, err_read]
         theirs += [out_write, err_write]
-        process = _popen(command, executable, env, spec.cwd, child_stdin, out_write, err_write)
+        process = _popen(command, executable, env, spec.cwd, child_stdin, out_write, err_write,
+                         pass_fds)
     except BaseException:
         for fd in ours:
             close_quietly(fd)
@@ -203,13 +205,14 @@ def spawn(spec: SpawnSpec) -> Child:
 
 def _spawn_tty(
     spec: SpawnSpec, env: dict[str, str], command: list[str], executable: str | None,
-    new_session: bool,
+    pass_fds: tuple[int, ...], new_session: bool,
 ) -> Child:
     master, slave = os.openpty()
     os.set_inheritable(master, False)
     try:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, _WINSIZE_24x80)
-        process = _popen(command, executable, env, spec.cwd, slave, slave, slave, new_session)
+        process = _popen(command, executable, env, spec.cwd, slave, slave, slave, pass_fds,
+                         new_session)
     except BaseException:
         close_quietly(master)
         raise
@@ -238,6 +241,7 @@ def _popen(
     stdin: int,
     stdout: int,
     stderr: int,
+    pass_fds: tuple[int, ...] = (),
     new_session: bool = True,
 ) -> subprocess.Popen[bytes]:
     try:
@@ -250,6 +254,7 @@ def _popen(
             cwd=cwd,
             env=env,
             close_fds=True,
+            pass_fds=pass_fds,
             start_new_session=new_session,
         )
     except OSError as exc:

@@ -226,7 +226,7 @@ async def serve(
     """
     where = Listen.parse(listen)
     loop = asyncio.get_running_loop()
-    core = make_core(config, trace, backend, redact_trace)
+    core, backend = make_core(config, trace, backend, redact_trace)
     driver = Driver(core, _Loop(loop), Files(fs_roots), backend)
     stop = stop if stop is not None else asyncio.Event()
     if where.stdio:

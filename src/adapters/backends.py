@@ -16,14 +16,16 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
-import subprocess
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import attrs
 
-from execproto import SpawnSpec
+from execproto import Policy, SpawnSpec
+from execproto._policy import PathRule
 
+from . import _bwrap
 from ._posix import resolve_program
 
 
@@ -38,9 +40,14 @@ class ExecSpec:
     cwd: str
     arg0: str | None = None
     token: Any = None
+    # Descriptors the command inherits at the same numbers; the driver closes them once the
+    # spawn is done, whether or not it succeeded.
+    pass_fds: tuple[int, ...] = ()
 
 
 class Backend(Protocol):
+    # What a process that ran with a sandbox reports as `sandboxType`: one of SANDBOX_TYPES,
+    # "none" if this backend enforces no sandbox (then the core refuses requests for one).
     sandbox_type: str
 
     def prepare(self, request: SpawnSpec) -> ExecSpec: ...
@@ -48,55 +55,88 @@ class Backend(Protocol):
     def finalize(self, token: Any, status: str, exit_code: int | None, timed_out: bool) -> None: ...
 
 
+# The `sandboxType` values the Codex client can read; anything else fails its whole call.
+SANDBOX_TYPES = ("none", "macosSeatbelt", "linuxSeccomp", "windowsRestrictedToken", "windowsMxc")
+CANNOT_ENFORCE = "sandbox intent cannot be enforced on this executor"
+
+
 class LocalBackend:
-    """Runs the argv as given, on this machine."""
+    """Runs the argv as given, on this machine; a sandboxed request inside bubblewrap.
 
-    sandbox_type = "none"
+    ``bwrap`` is the bubblewrap to use (found on PATH and probed by default; None: no sandbox
+    can be enforced, and the core refuses requests for one). ``floor`` is the operator's policy,
+    applied again to each request's rules once their symlinks are resolved.
+    """
+
+    def __init__(self, floor: Policy | None = None, bwrap: str | None = "") -> None:
+        if bwrap == "":
+            found = shutil.which("bwrap")
+            bwrap = found if found is not None and _bwrap.problem(found) is None else None
+        self._bwrap = bwrap
+        self.floor = floor
+        self.sandbox_type = "linuxSeccomp" if bwrap is not None else "none"
+        # Placeholder directories bwrap made on the host, by how many live sandboxes use them.
+        self._placeholders: Counter[str] = Counter()
 
     def prepare(self, request: SpawnSpec) -> ExecSpec:
-        return ExecSpec(argv=request.argv, env=request.env, cwd=request.cwd, arg0=request.arg0)
-
-    def finalize(self, token: Any, status: str, exit_code: int | None, timed_out: bool) -> None:
-        pass
-
-
-class BwrapBackend:
-    """Runs each process inside bubblewrap: the filesystem read-only except the writable roots,
-    no network unless allowed, its own pid namespace, and killed when its bwrap parent dies."""
-
-    sandbox_type = "bwrap"
-
-    def __init__(self, writable_roots: Sequence[str] = (), allow_network: bool = False) -> None:
-        self._bwrap = shutil.which("bwrap")
+        if request.sandbox is None:
+            return ExecSpec(argv=request.argv, env=request.env, cwd=request.cwd,
+                            arg0=request.arg0)
         if self._bwrap is None:
-            raise RuntimeError("--sandbox bwrap needs bubblewrap (the bwrap command), not found")
-        probe = subprocess.run([self._bwrap, "--ro-bind", "/", "/", "--unshare-pid", "true"],
-                               capture_output=True, text=True)
-        if probe.returncode != 0:
-            raise RuntimeError(f"bubblewrap cannot run here: {probe.stderr.strip()}")
-        self._roots = [os.path.realpath(root) for root in writable_roots]
-        self._allow_network = allow_network
-
-    def prepare(self, request: SpawnSpec) -> ExecSpec:
-        env = dict(request.env)
-        program = resolve_program(request.argv[0], env, request.cwd)  # spawn errors stay exact
-        assert self._bwrap is not None
-        argv = [self._bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        for root in self._roots:
-            argv += ["--bind", root, root]
-        argv += ["--unshare-pid", "--die-with-parent", "--chdir", request.cwd]
-        if not self._allow_network:
-            argv.append("--unshare-net")
-        argv.append("--")
-        if request.arg0 is not None:  # bwrap cannot rename argv[0]; bash's exec -a can
-            argv += ["/bin/bash", "-c", 'exec -a "$0" "$@"', request.arg0, program]
-            argv += request.argv[1:]
-        else:
-            argv += request.argv
-        return ExecSpec(argv=tuple(argv), env=request.env, cwd=request.cwd)
+            raise Refused(CANNOT_ENFORCE)
+        program = resolve_program(request.argv[0], dict(request.env), request.cwd)
+        sandbox = _bwrap.Sandbox(self._bwrap, self.floor)
+        try:
+            argv = sandbox.command(request.sandbox, request, program)
+        except _bwrap.CannotEnforce as exc:
+            raise Refused(f"{CANNOT_ENFORCE}: {exc}") from None
+        self._placeholders.update(sandbox.created)
+        return ExecSpec(argv=tuple(argv), env=_bwrap.WRAPPER_ENV, cwd=request.cwd,
+                        pass_fds=tuple(sandbox.fds), token=tuple(sandbox.created))
 
     def finalize(self, token: Any, status: str, exit_code: int | None, timed_out: bool) -> None:
-        pass
+        # The sandbox is gone (its pid namespace died with it): remove the mount points it
+        # left on the host once no other sandbox still mounts on them. Deepest first; a
+        # directory someone has since put something in stays.
+        for path in token or ():
+            self._placeholders[path] -= 1
+            if self._placeholders[path] > 0:
+                continue
+            del self._placeholders[path]
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+
+
+def bwrap_sandbox(writable_roots: Sequence[str] = (), allow_network: bool = False) -> LocalBackend:
+    """The backend of ``--sandbox bwrap``: every process sandboxed, at most the whole
+    filesystem read-only but the writable roots, and no network unless allowed."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise RuntimeError("--sandbox bwrap needs bubblewrap (the bwrap command), not found")
+    problem = _bwrap.problem(bwrap)
+    if problem is not None:
+        raise RuntimeError(problem)
+    return LocalBackend(floor=operator_floor(writable_roots, allow_network), bwrap=bwrap)
+
+
+def operator_floor(writable_roots: Sequence[str], allow_network: bool) -> Policy:
+    rules = [PathRule(path="/", access="read")]
+    for root in writable_roots:
+        if not os.path.isdir(root):
+            raise ValueError(f"--writable-root {root}: not a directory")
+        rules.append(PathRule(path=os.path.realpath(root), access="write"))
+    return Policy.of(rules, network=allow_network)
+
+
+def check_sandbox_type(backend: Backend) -> str:
+    """The backend's `sandbox_type`, if the client can read it."""
+    label = getattr(backend, "sandbox_type", "none")
+    if label not in SANDBOX_TYPES:
+        raise ValueError(f"the backend's sandbox_type {label!r} is not one a client knows: "
+                         f"give one of {', '.join(SANDBOX_TYPES)}")
+    return str(label)
 
 
 def load(spec: str) -> Backend:

@@ -98,6 +98,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"execproto: {exc}", file=sys.stderr)
         return 2
     config = Config(
+        floor=getattr(backend, "floor", None),
         session_ttl=args.session_ttl,
         retention_bytes=args.retention_bytes,
         kill_grace=args.kill_grace,
@@ -139,7 +140,7 @@ def _backend(args: argparse.Namespace) -> Backend | None:
     if args.backend:
         return backends.load(args.backend)
     if args.sandbox == "bwrap":
-        return backends.BwrapBackend(args.writable_root, allow_network=args.allow_network)
+        return backends.bwrap_sandbox(args.writable_root, allow_network=args.allow_network)
     if args.writable_root or args.allow_network:
         raise ValueError("--writable-root and --allow-network need --sandbox bwrap")
     return None

@@ -271,7 +271,7 @@ def serve(
     """
     where = Listen.parse(listen)
     loop = _Loop()
-    core = make_core(config, trace, backend, redact_trace)
+    core, backend = make_core(config, trace, backend, redact_trace)
     driver = Driver(core, loop, Files(fs_roots), backend)
     stop = stop if stop is not None else threading.Event()
     stopping = threading.Event()  # seen by the owner; set on the owner when `stop` fires

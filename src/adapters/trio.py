@@ -214,7 +214,7 @@ async def serve(
     stop = stop if stop is not None else trio.Event()
     accepting = trio.CancelScope()
     async with trio.open_nursery() as nursery:
-        core = make_core(config, trace, backend, redact_trace)
+        core, backend = make_core(config, trace, backend, redact_trace)
         driver = Driver(core, _Loop(nursery), Files(fs_roots), backend)
 
         async def websocket(stream: trio.SocketStream) -> None:

@@ -1,0 +1,457 @@
+"""The sandbox, attacked: each test tries an escape on a live server and checks the host.
+
+Two servers per adapter: ``plain`` (no operator sandbox: the client's permission profile is
+what confines) and ``floored`` (``--sandbox bwrap --writable-root W``: the operator's floor,
+which no request can widen). Workspaces live under /var/tmp, not /tmp, since the
+workspace-write profile makes /tmp writable. Every attack checks its effect on the host (a
+file, a hostname, a live process), not a flag inside the sandbox.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import ADAPTERS, Server, alive, uri
+from .sandboxes import (
+    IS_ROOT,
+    needs_bwrap,
+    path_entry,
+    profile,
+    read_only,
+    run,
+    workspace_write,
+)
+from .wsclient import Client
+
+pytestmark = needs_bwrap
+
+
+@pytest.fixture(scope="module")
+def places() -> Iterator[dict[str, Path]]:
+    base = Path(tempfile.mkdtemp(prefix="execproto-sandbox-", dir="/var/tmp"))
+    found = {name: base / name for name in ("workspace", "outside", "floor")}
+    for path in found.values():
+        path.mkdir()
+    yield found
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", params=ADAPTERS)
+def module_adapter(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def plain(module_adapter: str) -> Iterator[tuple[Server, Client]]:
+    server = Server(module_adapter)
+    yield server, server.client()
+    log = server.stop()
+    assert "Traceback" not in log, log
+
+
+@pytest.fixture(scope="module")
+def floored(module_adapter: str, places: dict[str, Path]) -> Iterator[tuple[Server, Client]]:
+    server = Server(module_adapter, "--sandbox", "bwrap", "--writable-root", str(places["floor"]))
+    yield server, server.client()
+    log = server.stop()
+    assert "Traceback" not in log, log
+
+
+def _eventually(check: Callable[[], bool], wait: float = 5) -> bool:
+    deadline = time.monotonic() + wait
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _target(places: dict[str, Path], where: str) -> Path:
+    return places[where] / f"written-{uuid.uuid4().hex[:8]}"
+
+
+# -- what a profile allows ------------------------------------------------------------------------
+
+
+def test_the_read_only_profile_denies_every_write(plain: tuple[Server, Client],
+                                                  places: dict[str, Path]) -> None:
+    _, client = plain
+    inside, outside = _target(places, "workspace"), _target(places, "outside")
+    tmp = Path("/tmp") / f"execproto-ro-{uuid.uuid4().hex[:8]}"
+    ran = run(client, f"echo a > {inside}; echo b > {outside}; echo c > {tmp}; exit 1",
+              read_only(str(places["workspace"])), cwd=str(places["workspace"]))
+    assert ran.sandbox_type == "linuxSeccomp", ran
+    assert ran.stderr.count("Read-only file system") == 3, ran
+    assert ran.denied is True, ran
+    assert not inside.exists() and not outside.exists() and not tmp.exists()
+
+
+def test_workspace_write_writes_the_workspace_and_tmp_only(plain: tuple[Server, Client],
+                                                          places: dict[str, Path]) -> None:
+    _, client = plain
+    workspace = places["workspace"]
+    (workspace / ".git").mkdir(exist_ok=True)
+    inside, outside = _target(places, "workspace"), _target(places, "outside")
+    tmp = Path("/tmp") / f"execproto-ww-{uuid.uuid4().hex[:8]}"
+    try:
+        ran = run(client, f"echo a > {inside} && echo b > {tmp}; echo c > {outside}; "
+                          f"echo d > .git/config; mkdir .codex; true",
+                  workspace_write(str(workspace)), cwd=str(workspace))
+        assert inside.read_text() == "a\n", ran
+        assert tmp.read_text() == "b\n", ran
+    finally:
+        tmp.unlink(missing_ok=True)
+    assert not outside.exists(), ran
+    assert not (workspace / ".git" / "config").exists(), ran
+    # A missing .codex is protected too: it could not be made (an empty read-only placeholder
+    # held its place), and the placeholder is gone once the process is.
+    assert "mkdir: cannot create directory '.codex'" in ran.stderr, ran
+    assert _eventually(lambda: not (workspace / ".codex").exists()), ran
+
+
+def test_a_denied_path_cannot_be_read(plain: tuple[Server, Client],
+                                      places: dict[str, Path]) -> None:
+    _, client = plain
+    secret_dir = places["workspace"] / "secret"
+    secret_dir.mkdir(exist_ok=True)
+    (secret_dir / "key").write_text("hunter2\n")
+    secret_file = places["workspace"] / "token.txt"
+    secret_file.write_text("s3cr3t\n")
+    entries = [{"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"},
+               path_entry(str(secret_dir), "none"), path_entry(str(secret_file), "deny")]
+    ran = run(client, f"cat {secret_dir}/key; ls {secret_dir}; cat {secret_file}; exit 1",
+              profile(str(places["workspace"]), entries))
+    assert "hunter2" not in ran.stdout and "key" not in ran.stdout, ran
+    assert "s3cr3t" not in ran.stdout, ran
+    assert ran.denied is True, ran
+
+
+def test_no_sandbox_asked_runs_unconfined_and_says_none(plain: tuple[Server, Client],
+                                                        places: dict[str, Path]) -> None:
+    _, client = plain
+    for sandbox in (None, profile(str(places["workspace"]), [], kind="disabled")):
+        target = _target(places, "outside")
+        ran = run(client, f"echo a > {target}", sandbox)
+        assert ran.sandbox_type == "none" and ran.exit_code == 0, ran
+        assert target.read_text() == "a\n"
+
+
+# -- the network ----------------------------------------------------------------------------------
+
+
+def _connect(port: int) -> str:
+    return (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), "
+            f"timeout=2); print('CONNECTED')\"")
+
+
+def test_the_hosts_loopback_is_unreachable(plain: tuple[Server, Client],
+                                           floored: tuple[Server, Client],
+                                           places: dict[str, Path]) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        workspace = str(places["workspace"])
+        for client, sandbox in ((plain[1], read_only(workspace)),
+                                (plain[1], workspace_write(workspace)),
+                                (floored[1], None),
+                                (floored[1], read_only(workspace))):
+            ran = run(client, _connect(port), sandbox)
+            assert "CONNECTED" not in ran.stdout and ran.exit_code != 0, ran
+        # The control: asked for, the network is there, so the test above can fail.
+        allowed = run(plain[1], _connect(port), profile(workspace, [
+            {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}],
+            network="enabled"))
+        assert "CONNECTED" in allowed.stdout, allowed
+
+
+def test_host_unix_sockets_are_hidden(plain: tuple[Server, Client],
+                                      places: dict[str, Path]) -> None:
+    _, client = plain
+    tag = uuid.uuid4().hex[:8]
+    paths = [f"/tmp/execproto-{tag}.sock", f"/run/execproto-{tag}.sock"]
+    listeners = []
+    try:
+        for path in paths:
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind(path)
+            listener.listen(8)
+            listeners.append(listener)
+        abstract = socket.socket(socket.AF_UNIX)
+        abstract.bind(f"\0execproto-{tag}")
+        abstract.listen(8)
+        listeners.append(abstract)
+        probe = ("import socket, sys\n"
+                 f"for name in {paths + ['@execproto-' + tag]!r}:\n"
+                 "    s = socket.socket(socket.AF_UNIX)\n"
+                 "    try:\n"
+                 "        s.connect(name.replace('@', chr(0), 1)); print('REACHED', name)\n"
+                 "    except OSError as e: print('BLOCKED', name, e)\n")
+        script = f"python3 -c {_quote(probe)}"
+        ran = run(client, script, read_only(str(places["workspace"])))
+        assert "REACHED" not in ran.stdout and ran.stdout.count("BLOCKED") == 3, ran
+        control = run(client, script, None)
+        assert control.stdout.count("REACHED") == 3, control
+    finally:
+        for listener in listeners:
+            listener.close()
+        for path in paths:
+            Path(path).unlink(missing_ok=True)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+# -- the operator's floor -------------------------------------------------------------------------
+
+
+def test_a_client_cannot_widen_the_operators_floor(floored: tuple[Server, Client],
+                                                   places: dict[str, Path]) -> None:
+    _, client = floored
+    workspace = str(places["floor"])
+    root_write = [{"path": {"type": "special", "value": {"kind": "root"}}, "access": "write"}]
+    wide = [
+        None,
+        profile(workspace, [], kind="disabled"),
+        profile(workspace, [], network="enabled", kind="external"),
+        profile(workspace, root_write, network="enabled"),
+    ]
+    for sandbox in wide:
+        inside, outside = _target(places, "floor"), _target(places, "outside")
+        ran = run(client, f"echo a > {inside}; echo b > {outside}", sandbox)
+        assert ran.sandbox_type == "linuxSeccomp", (sandbox, ran)
+        assert inside.exists() and not outside.exists(), (sandbox, ran)
+    # Asking for another workspace narrows: the floor's root is not the client's, so neither.
+    inside, outside = _target(places, "floor"), _target(places, "outside")
+    ran = run(client, f"echo a > {inside}; echo b > {outside}",
+              workspace_write(str(places["outside"])))
+    assert not inside.exists() and not outside.exists(), ran
+
+
+def test_a_symlink_in_a_writable_root_carries_no_write_out(floored: tuple[Server, Client],
+                                                           places: dict[str, Path]) -> None:
+    _, client = floored
+    link = places["floor"] / f"link-{uuid.uuid4().hex[:8]}"
+    link.symlink_to(places["outside"])  # planted by an earlier sandboxed command
+    target = f"evil-{uuid.uuid4().hex[:8]}"
+    ran = run(client, f"echo a > {link}/{target}", workspace_write(str(link)), cwd="/")
+    assert not (places["outside"] / target).exists(), ran
+
+
+# -- what the sandbox itself must hold ------------------------------------------------------------
+
+
+def test_the_wrappers_run_with_a_fixed_environment(floored: tuple[Server, Client],
+                                                   places: dict[str, Path],
+                                                   tmp_path: Path) -> None:
+    """LD_PRELOAD from the client must reach only the sandboxed program: a library that, when
+    loaded outside the sandbox, writes a file outside the writable root."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler to build the preload library")
+    _, client = floored
+    marker = places["outside"] / f"preloaded-{uuid.uuid4().hex[:8]}"
+    source = tmp_path / "evil.c"
+    source.write_text(
+        "#include <stdio.h>\n"
+        "__attribute__((constructor)) static void evil(void) {\n"
+        f"  FILE *f = fopen(\"{marker}\", \"a\"); if (f) {{ fputs(\"outside\\n\", f); fclose(f); }}\n"
+        "}\n")
+    library = places["floor"] / "evil.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    ran = run(client, "true", None, env={"LD_PRELOAD": str(library)})
+    assert ran.exit_code == 0, ran
+    assert not marker.exists(), f"the preload ran outside the sandbox: {marker.read_text()!r}"
+    # The control: unsandboxed, the same library does write the marker.
+    subprocess.run(["true"], env={"LD_PRELOAD": str(library), "PATH": "/usr/bin:/bin"})
+    assert marker.exists()
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the server runs unprivileged: no capabilities to drop")
+def test_no_capabilities_inside_even_as_root(floored: tuple[Server, Client],
+                                             places: dict[str, Path]) -> None:
+    _, client = floored
+    outside = _target(places, "outside")
+    ran = run(client, f"grep CapEff /proc/self/status; mount -o remount,rw / ; "
+                      f"echo a > {outside}", None)
+    assert "CapEff:\t0000000000000000" in ran.stdout, ran
+    assert not outside.exists(), ran
+
+
+def test_the_hosts_hostname_and_kernel_settings_are_untouched(
+        floored: tuple[Server, Client]) -> None:
+    _, client = floored
+    before = Path("/proc/sys/kernel/hostname").read_text()
+    try:
+        ran = run(client, "echo evil > /proc/sys/kernel/hostname; hostname evil2; "
+                          "echo 1 > /proc/sys/kernel/sysrq; cat /proc/sys/kernel/hostname", None)
+        assert Path("/proc/sys/kernel/hostname").read_text() == before, ran
+        assert "Read-only file system" in ran.stderr, ran
+    finally:
+        if Path("/proc/sys/kernel/hostname").read_text() != before and IS_ROOT:
+            Path("/proc/sys/kernel/hostname").write_text(before)
+
+
+def test_sysv_ipc_is_not_shared(floored: tuple[Server, Client]) -> None:
+    if shutil.which("ipcmk") is None:
+        pytest.skip("util-linux's ipcmk is not installed")
+    _, client = floored
+    made = subprocess.run(["ipcmk", "-Q"], capture_output=True, text=True, check=True)
+    queue = made.stdout.split(":")[-1].strip()
+    try:
+        ran = run(client, "ipcs -q", None)
+        assert ran.exit_code == 0, ran
+        assert queue not in ran.stdout.split(), ran
+        assert queue in subprocess.run(["ipcs", "-q"], capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(["ipcrm", "-q", queue], capture_output=True)
+
+
+def test_the_servers_processes_cannot_be_seen_or_signalled(floored: tuple[Server, Client]) -> None:
+    server, client = floored
+    pid = server.process.pid
+    ran = run(client, f"kill -0 {pid} && echo SEEN; kill -TERM {pid}; kill -KILL {pid}; "
+                      f"ls /proc | grep -c '^[0-9]'", None)
+    assert "SEEN" not in ran.stdout, ran
+    assert server.process.poll() is None
+    assert int(ran.stdout.split()[-1]) < 10, ran  # its own few processes, nothing of the host's
+
+
+def test_no_terminal_outside_the_sandbox_is_reachable(floored: tuple[Server, Client]) -> None:
+    _, client = floored
+    probe = ("import fcntl, os, termios\n"
+             "fds = [0, 1, 2]\n"
+             "try: fds.append(os.open('/dev/tty', os.O_RDWR))\n"
+             "except OSError as e: print('no /dev/tty:', e.errno)\n"
+             "for fd in fds:\n"
+             "    try: fcntl.ioctl(fd, termios.TIOCSTI, b'x'); print('INJECTED', fd)\n"
+             "    except OSError as e: print('BLOCKED', fd, e.errno)\n")
+    ran = run(client, f"python3 -c {_quote(probe)}", None)
+    assert "INJECTED" not in ran.stdout and ran.stdout.count("BLOCKED") == 3, ran
+
+
+def test_a_sandbox_that_cannot_be_enforced_is_refused(module_adapter: str,
+                                                      places: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    server = Server(module_adapter, env={"PATH": str(empty)})  # no bwrap to be found
+    try:
+        client = server.client()
+        marker = _target(places, "outside")
+        ran = run(client, f"echo a > {marker}", read_only(str(places["workspace"])))
+        assert ran.reply["error"] == {
+            "code": -32602, "message": "sandbox intent cannot be enforced on this executor"}
+        assert not marker.exists()
+        assert run(client, f"echo a > {marker}", None).exit_code == 0  # unsandboxed still runs
+    finally:
+        server.stop()
+
+
+def test_a_malformed_sandbox_names_what_is_wrong(plain: tuple[Server, Client],
+                                                 places: dict[str, Path]) -> None:
+    _, client = plain
+    bad = read_only(str(places["workspace"]))
+    bad["permissions"]["network"] = "disabled"
+    ran = run(client, "true", bad)
+    assert ran.reply["error"] == {
+        "code": -32602,
+        "message": "unknown variant `disabled`, expected `restricted` or `enabled`"}
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def test_the_server_takes_its_sandboxed_processes_with_it(module_adapter: str,
+                                                          places: dict[str, Path]) -> None:
+    server = Server(module_adapter)
+    try:
+        client = server.client()
+        reply = client.call("process/start", {
+            "processId": "sleeper", "argv": ["sleep", "60"], "cwd": "file:///", "tty": False,
+            "env": {"PATH": "/usr/bin:/bin"}, "sandbox": read_only(str(places["workspace"]))})
+        assert reply["result"]["sandboxType"] == "linuxSeccomp"
+        tree: list[int] = []
+        assert _eventually(lambda: len(tree.extend(_descendants(server.process.pid)) or tree) >= 3)
+    finally:
+        server.stop(signal.SIGKILL)
+    assert server.process.returncode == -signal.SIGKILL
+    for pid in tree:
+        assert _eventually(lambda: not alive(pid)), f"sandboxed {pid} outlived the server"
+
+
+# -- fs calls under the same policy ---------------------------------------------------------------
+
+
+def _write(client: Client, path: Path, sandbox: object) -> dict[str, object]:
+    return client.call("fs/writeFile", {"path": uri(path), "dataBase64": "eA==", "sandbox": sandbox})
+
+
+def test_fs_calls_obey_the_clients_sandbox(plain: tuple[Server, Client],
+                                           places: dict[str, Path]) -> None:
+    _, client = plain
+    workspace = places["workspace"]
+    (workspace / ".git").mkdir(exist_ok=True)
+    read_only_fs, writing = read_only(str(workspace)), workspace_write(str(workspace))
+    erofs = {"code": -32603, "message": "Read-only file system (os error 30)"}
+    inside, outside = _target(places, "workspace"), _target(places, "outside")
+    assert _write(client, inside, read_only_fs)["error"] == erofs
+    assert _write(client, outside, writing)["error"] == erofs
+    assert _write(client, workspace / ".git" / "config", writing)["error"] == erofs
+    assert not inside.exists() and not outside.exists()
+    assert _write(client, inside, writing)["result"] == {}
+    assert inside.read_bytes() == b"x"
+    # Removing the workspace would remove its read-only .git with it.
+    removed = client.call("fs/remove", {"path": uri(workspace), "recursive": True,
+                                        "force": True, "sandbox": writing})
+    assert removed["error"] == erofs and (workspace / ".git").is_dir()
+    secret = workspace / "secret.txt"
+    secret.write_text("hunter2")
+    denying = profile(str(workspace), [
+        {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"},
+        path_entry(str(secret), "none")])
+    read = client.call("fs/readFile", {"path": uri(secret), "sandbox": denying})
+    assert read["error"] == {"code": -32600, "message": "Permission denied (os error 13)"}
+    dynamic = dict(writing, cwd=None)
+    assert _write(client, inside, dynamic)["error"] == {
+        "code": -32602,
+        "message": "file system sandbox context with dynamic permissions requires cwd"}
+
+
+def test_fs_calls_obey_the_operators_floor(floored: tuple[Server, Client],
+                                           places: dict[str, Path]) -> None:
+    _, client = floored
+    outside, inside = _target(places, "outside"), _target(places, "floor")
+    erofs = {"code": -32603, "message": "Read-only file system (os error 30)"}
+    assert _write(client, outside, None)["error"] == erofs
+    assert _write(client, outside, profile(str(places["floor"]), [], kind="disabled"))["error"] == erofs
+    link = places["floor"] / f"out-{uuid.uuid4().hex[:8]}"
+    link.symlink_to(places["outside"])
+    assert _write(client, link / "x", None)["error"] == erofs
+    assert not outside.exists() and not (places["outside"] / "x").exists()
+    assert _write(client, inside, None)["result"] == {}

@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test typecheck coverage fuzz-long fuzz-live bench compare clean
+.PHONY: serve test reference typecheck coverage fuzz-long fuzz-live bench compare clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,20 @@ LISTEN ?= ws://127.0.0.1:8765
 serve: $(VENV)/.installed
 	$(BIN)/execproto serve --listen $(LISTEN)
 
-test: $(VENV)/.installed typecheck coverage
+test: $(VENV)/.installed reference typecheck coverage
 	$(BIN)/python -m pytest tests --ignore=tests/core fuzz
+
+# The reference codex, which some tests compare with or drive (tests/reference.py finds it).
+# Without npm, or when the install fails, those tests are skipped: the build goes on.
+REFERENCE_DIR := $(HOME)/.cache/execproto/codex-0.171.0
+reference:
+	@if ls $(REFERENCE_DIR)/node_modules/@openai/codex-linux-x64/vendor/*/bin/codex >/dev/null 2>&1; then :; \
+	elif ! command -v npm >/dev/null 2>&1; then \
+		echo "npm not found: codex 0.171.0 not installed, the tests that need it will be skipped"; \
+	elif mkdir -p $(REFERENCE_DIR) 2>/dev/null && npm install --prefix $(REFERENCE_DIR) --no-save --no-audit --no-fund \
+			@openai/codex@0.171.0 >$(REFERENCE_DIR)/npm.log 2>&1; then \
+		echo "installed codex 0.171.0 in $(REFERENCE_DIR)"; \
+	else echo "npm install @openai/codex@0.171.0 failed (see $(REFERENCE_DIR)/npm.log): the tests that need it will be skipped"; fi
 
 typecheck: $(VENV)/.installed
 	$(BIN)/python -m mypy src/execproto

@@ -15,7 +15,7 @@ from execproto.adapters.client import Chunk, Result, SessionGone, RemoteError, c
 
 from .conftest import Server
 from .proxy import Proxy
-from .test_reference import REFERENCE, Reference
+from .test_reference import REFERENCE, WHY_MISSING, Reference
 
 pytestmark = pytest.mark.anyio
 
@@ -196,7 +196,7 @@ async def test_a_refused_token_is_a_clear_error(tmp_path: Path) -> None:
         guarded.stop()
 
 
-@pytest.mark.skipif(REFERENCE is None, reason="reference codex exec-server 0.171.0 not installed")
+@pytest.mark.skipif(REFERENCE is None, reason=WHY_MISSING)
 async def test_it_works_against_the_reference(tmp_path: Path) -> None:
     assert REFERENCE is not None
     reference = Reference(REFERENCE)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import Server
-from .test_reference import REFERENCE, Reference
+from .test_reference import REFERENCE, WHY_MISSING, Reference
 
 EXEC = [sys.executable, "-m", "execproto.adapters", "exec"]
 
@@ -154,7 +154,7 @@ def test_tty_forwards_keystrokes_raw_and_restores_the_terminal(server: Server) -
         os.close(slave)
 
 
-@pytest.mark.skipif(REFERENCE is None, reason="reference codex exec-server 0.171.0 not installed")
+@pytest.mark.skipif(REFERENCE is None, reason=WHY_MISSING)
 def test_it_works_against_the_reference() -> None:
     assert REFERENCE is not None
     reference = Reference(REFERENCE)

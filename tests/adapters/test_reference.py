@@ -1,13 +1,12 @@
 """Differential tests: the same cases against the reference `codex exec-server` and execproto.
 
-The reference is found through $EXECPROTO_REFERENCE (the codex binary), `codex` on PATH, or an
-`npm install @openai/codex@0.171.0` under /tmp/ref; without one these tests are skipped. Where
-execproto differs on purpose (docs/protocol.md), the case is left out rather than bent.
+The reference is found by tests/reference.py (`make test` installs it with npm); without one
+these tests are skipped, saying why. Where execproto differs on purpose (docs/protocol.md), the
+case is left out rather than bent.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
@@ -16,29 +15,20 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from reference import CACHE, REFERENCE, WHY_MISSING
 
 from .conftest import Server, start
 from .wsclient import Client, output_of
 
-
-def _reference_binary() -> str | None:
-    candidates = [os.environ.get("EXECPROTO_REFERENCE"), shutil.which("codex")]
-    candidates += sorted(glob.glob("/tmp/ref/node_modules/@openai/codex-linux-x64/vendor/*/bin/codex"))
-    for path in candidates:
-        if path and os.access(path, os.X_OK):
-            version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-            if "0.171.0" in version.stdout:
-                return path
-    return None
-
-
-REFERENCE = _reference_binary()
-pytestmark = pytest.mark.skipif(REFERENCE is None, reason="reference codex exec-server 0.171.0 not installed")
+pytestmark = pytest.mark.skipif(REFERENCE is None, reason=WHY_MISSING)
+HOMES = CACHE.parent / "reference-homes"
 
 
 class Reference:
     def __init__(self, binary: str) -> None:
-        self.home = tempfile.mkdtemp(prefix="codex-home-")
+        # Not under /tmp: there the reference refuses to make the helper its sandbox needs.
+        HOMES.mkdir(parents=True, exist_ok=True)
+        self.home = tempfile.mkdtemp(prefix="codex-home-", dir=HOMES)
         self.process = subprocess.Popen(
             [binary, "exec-server", "--listen", "ws://127.0.0.1:0"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

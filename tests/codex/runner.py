@@ -1,0 +1,345 @@
+"""Runs the real `codex exec` against an exec-server with a scripted model, and says what happened.
+
+    python -m codex.runner CODEX SERVER BASE [SCENARIO...]      (from the tests directory)
+
+SERVER is an execproto adapter (asyncio, trio, threads) or `reference` (`codex exec-server`
+itself, to prove the scenarios right). BASE is a directory outside /tmp for CODEX_HOMEs and
+workdirs (codex refuses a CODEX_HOME under /tmp). test_codex.py runs this inside `unshare -n`,
+where only loopback exists, so codex, the model and the server cannot reach anything else.
+
+Each scenario prints one JSON line: its name and its facts (the tool outputs the model received,
+files, what the server answered), for test_codex.py to judge. A scenario that raises reports
+the error instead, and the others still run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .fake_model import FakeModel, Turn, function_call, patch, say, shell
+from .proxy import Proxy
+
+TOKEN = "codex-e2e-token-0123456789"
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1  # from <linux/sockios.h>, <net/if.h>
+
+# gpt-5.5 is in codex's bundled catalogue: with an unknown model there is no apply_patch tool.
+# The features are off because each would reach out to the internet at start-up.
+CONFIG = """\
+model = "gpt-5.5"
+model_provider = "fake"
+approval_policy = "never"
+check_for_update_on_startup = false
+web_search = "disabled"
+
+[model_providers.fake]
+name = "fake"
+base_url = "{base_url}"
+wire_api = "responses"
+env_key = "FAKE_MODEL_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+supports_websockets = false
+
+[features]
+plugins = false
+remote_plugin = false
+plugin_sharing = false
+apps = false
+tool_suggest = false
+image_generation = false
+browser_use = false
+computer_use = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[otel]
+exporter = "none"
+trace_exporter = "none"
+metrics_exporter = "none"
+"""
+
+# Codex's own description of a remote environment; `include_local = false` leaves it no other.
+ENVIRONMENTS = """\
+default = "remote"
+include_local = false
+
+[[environments]]
+id = "remote"
+initialize_timeout_sec = 20
+"""
+
+
+def toml(value: object) -> str:
+    return json.dumps(value)  # a JSON string or list of strings is valid TOML too
+
+
+class Run:
+    """One scenario's world: its CODEX_HOME, workdir, servers, proxies and model."""
+
+    def __init__(self, codex: str, server: str, base: Path, name: str) -> None:
+        self.codex_binary = codex
+        self.server = server
+        self.root = base / name
+        self.home = self.root / "home"
+        self.workdir = self.root / "work"
+        for path in (self.home, self.workdir):
+            path.mkdir(parents=True)
+        self.logs: list[Path] = []
+        self.proxies: list[Proxy] = []
+        self._servers: list[subprocess.Popen[str]] = []
+
+    def server_command(self, listen: str, token_file: Path | None = None) -> list[str]:
+        if self.server == "reference":
+            command = [self.codex_binary, "exec-server", "--listen", listen]
+            if token_file:
+                command += ["--ws-auth", "capability-token", "--ws-token-file", str(token_file)]
+        else:
+            command = [sys.executable, "-m", "execproto.adapters", "serve", "--listen", listen,
+                       "--adapter", self.server]
+            if token_file:
+                command += ["--auth-token-file", str(token_file)]
+        return command
+
+    def server_env(self) -> dict[str, str]:
+        # The reference keeps state in its own CODEX_HOME, apart from the client's.
+        home = self.root / "server-home"
+        home.mkdir(exist_ok=True)
+        return {"CODEX_HOME": str(home), "RUST_LOG": "warn"}
+
+    def serve(self, token: str | None = None, cut_after: bytes | None = None) -> Proxy:
+        """A websocket server behind a proxy; returns the proxy (its `url` is the one to use)."""
+        token_file = None
+        if token:
+            token_file = self.root / "token"
+            token_file.write_text(token + "\n")
+        log = self.root / f"server-{len(self._servers)}.log"
+        self.logs.append(log)
+        server = subprocess.Popen(
+            self.server_command("ws://127.0.0.1:0", token_file), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=log.open("w"), text=True, cwd=self.root,
+            env={**os.environ, **self.server_env()})
+        self._servers.append(server)
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        if not url.startswith("ws://127.0.0.1:"):
+            raise RuntimeError(f"the server printed {url!r}, not its address: {log.read_text()}")
+        proxy = Proxy(url, cut_after=cut_after)
+        self.proxies.append(proxy)
+        return proxy
+
+    def environments(self, lines: str) -> None:
+        (self.home / "environments.toml").write_text(ENVIRONMENTS + lines)
+
+    def codex(self, turns: list[Turn], sandbox: str = "workspace-write",
+              url: str | None = None) -> FakeModel:
+        """`codex exec` with the scripted model; the exec-server is ``url`` (a fresh server when
+        neither it nor an environments.toml is given)."""
+        if url is None and not (self.home / "environments.toml").exists():
+            url = self.serve().url
+        model = FakeModel(turns)
+        (self.home / "config.toml").write_text(CONFIG.format(base_url=model.base_url))
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("CODEX_", "OPENAI_", "RUST_LOG"))
+               and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+        env.update(CODEX_HOME=str(self.home), FAKE_MODEL_API_KEY="sk-fake", NO_COLOR="1",
+                   RUST_LOG="warn")
+        if url:
+            env["CODEX_EXEC_SERVER_URL"] = url
+        log = self.root / "codex.log"
+        self.logs.append(log)
+        try:
+            # stdin is /dev/null: codex would otherwise wait to append it to the prompt.
+            with log.open("w") as err:
+                subprocess.run(
+                    [self.codex_binary, "exec", "--json", "--skip-git-repo-check", "--ephemeral",
+                     "--sandbox", sandbox, "-C", str(self.workdir), "do the scripted thing"],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                    timeout=60)
+        finally:
+            model.close()
+        return model
+
+    def facts(self, model: FakeModel) -> dict[str, Any]:
+        """What every scenario reports: the model's view, and the server's answers."""
+        answers = b"".join(bytes(p.from_server) for p in self.proxies).decode("utf-8", "replace")
+        return {
+            "outputs": model.outputs(),
+            "requests": len(model.requests),
+            "strays": model.strays,
+            "sandbox_types": re.findall(r'"sandboxType"\s*:\s*"(\w+)"', answers),
+            "session_ids": re.findall(r'"sessionId"\s*:\s*"([^"]+)"', answers),
+            "connections": sum(p.connections for p in self.proxies),
+        }
+
+    def close(self) -> dict[str, str]:
+        """Stop everything; return the tail of each log, for failure messages."""
+        for proxy in self.proxies:
+            proxy.close()
+        for server in self._servers:
+            server.terminate()
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        return {log.name: log.read_text()[-3000:] for log in self.logs if log.exists()}
+
+
+def shell_exit_code(run: Run) -> dict[str, Any]:
+    model = run.codex([[shell("call", "echo hi; exit 3")], [say("done")]])
+    return run.facts(model)
+
+
+def apply_patch(run: Run) -> dict[str, Any]:
+    text = "*** Begin Patch\n*** Add File: hello.txt\n+hello from apply_patch\n*** End Patch\n"
+    model = run.codex([[patch("call", text)], [say("done")]])
+    created = run.workdir / "hello.txt"
+    return {**run.facts(model), "file": created.read_text() if created.exists() else None}
+
+
+def _write_to_the_session(body: dict[str, Any]) -> list[dict[str, Any]]:
+    # The terminal's session id is only known from the output of the call that started it.
+    for item in body["input"]:
+        if item.get("call_id") == "start":
+            found = re.search(r"session ID (\d+)", str(item.get("output")))
+            if found:
+                arguments = {"session_id": int(found[1]), "chars": "ping\n", "yield_time_ms": 1000}
+                return [function_call("write", "write_stdin", arguments)]
+    return [say("no session id in the output")]
+
+
+def terminal_stdin(run: Run) -> dict[str, Any]:
+    model = run.codex([[shell("start", "cat", tty=True, yield_time_ms=500)],
+                       _write_to_the_session, [say("done")]])
+    return run.facts(model)
+
+
+SKILL = """\
+---
+name: demo-skill
+description: Frobnicates the widgets of the e2e suite.
+---
+
+# Demo
+Run `true` and report.
+"""
+
+
+def repository_skill(run: Run) -> dict[str, Any]:
+    skill = run.workdir / ".agents" / "skills" / "demo" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text(SKILL)
+    model = run.codex([[say("done")]])
+    return {**run.facts(model), "first_request": json.dumps(model.requests[:1])}
+
+
+def resumed_connection(run: Run) -> dict[str, Any]:
+    # Cut the connection once, a moment after the server accepted the command (its answer to
+    # process/start names the sandbox), while the command still sleeps.
+    proxy = run.serve(cut_after=b"sandboxType")
+    model = run.codex([[shell("call", "sleep 1.5; echo done", yield_time_ms=10000)],
+                       [say("done")]], url=proxy.url)
+    return {**run.facts(model), "cuts": proxy.cuts}
+
+
+def stdio_transport(run: Run) -> dict[str, Any]:
+    command = run.server_command("stdio")
+    env = ", ".join(f"{k} = {toml(v)}" for k, v in run.server_env().items())
+    run.environments(f"program = {toml(command[0])}\nargs = {toml(command[1:])}\n"
+                     f"env = {{ {env} }}\n")
+    model = run.codex([[shell("call", "echo hi; exit 3")], [say("done")]])
+    return run.facts(model)
+
+
+def bearer_token(run: Run) -> dict[str, Any]:
+    proxy = run.serve(token=TOKEN)
+    run.environments(f"url = {toml(proxy.url)}\nauth_bearer_token = {toml(TOKEN)}\n")
+    model = run.codex([[shell("call", "echo hi; exit 3")], [say("done")]])
+    return run.facts(model)
+
+
+def wrong_token(run: Run) -> dict[str, Any]:
+    proxy = run.serve(token=TOKEN)
+    run.environments(f"url = {toml(proxy.url)}\nauth_bearer_token = \"not-the-token\"\n")
+    model = run.codex([[shell("call", "echo hi > reached.txt")], [say("done")]])
+    return {**run.facts(model), "reached": (run.workdir / "reached.txt").exists(),
+            "answer": bytes(proxy.from_server).split(b"\r\n", 1)[0].decode("latin1")}
+
+
+def read_only(run: Run) -> dict[str, Any]:
+    model = run.codex([[shell("call", "echo x > denied.txt")], [say("done")]], sandbox="read-only")
+    return {**run.facts(model), "written": (run.workdir / "denied.txt").exists()}
+
+
+def workspace_write(run: Run) -> dict[str, Any]:
+    outside = run.root / "outside"  # neither in the workdir nor under /tmp, both writable
+    outside.mkdir()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    connect = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"
+    model = run.codex([[shell("inside", "echo x > inside.txt")],
+                       [shell("outside", f"echo x > {outside}/outside.txt")],
+                       [shell("network", connect)], [say("done")]])
+    try:
+        listener.accept()
+        accepted = True
+    except BlockingIOError:
+        accepted = False
+    listener.close()
+    return {**run.facts(model), "inside": (run.workdir / "inside.txt").exists(),
+            "outside": (outside / "outside.txt").exists(), "accepted": accepted}
+
+
+SCENARIOS: dict[str, Callable[[Run], dict[str, Any]]] = {
+    f.__name__: f for f in [shell_exit_code, apply_patch, terminal_stdin, repository_skill,
+                            resumed_connection, stdio_transport, bearer_token, wrong_token,
+                            read_only, workspace_write]
+}
+
+
+def loopback_only() -> None:
+    """Bring up `lo` (down in a new network namespace), after making sure it is all there is."""
+    with open("/proc/self/net/dev") as table:
+        interfaces = {line.split(":")[0].strip() for line in table.readlines()[2:]}
+    if interfaces != {"lo"}:
+        sys.exit(f"refusing to run: this network namespace has {sorted(interfaces)}, not just lo")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sh", b"lo", 0)
+        flags = struct.unpack("16sh", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
+
+
+def main(codex: str, server: str, base: str, *names: str) -> None:
+    loopback_only()
+    for name in names or SCENARIOS:
+        started = time.monotonic()
+        run = Run(codex, server, Path(base), name)
+        report: dict[str, Any] = {"name": name}
+        try:
+            report["facts"] = SCENARIOS[name](run)
+        except Exception:
+            report["error"] = traceback.format_exc()
+        report["logs"] = run.close()
+        report["seconds"] = round(time.monotonic() - started, 2)
+        print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

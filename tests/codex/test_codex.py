@@ -1,0 +1,206 @@
+"""The real `codex exec` 0.171.0 driving execproto, offline, with a scripted model.
+
+For each adapter one runner (runner.py) plays every scenario inside its own network namespace
+(`unshare -n`: only loopback exists), and reports what the model was told back; the three run
+at once. Each test judges one scenario from that report: the tool output the model received and
+the files left behind, never codex's exit status, which is 0 even when no command could run.
+
+EXECPROTO_CODEX_SERVER=reference runs the same scenarios against the reference's own
+`codex exec-server`, which is how they were checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reference import REFERENCE, WHY_MISSING
+
+SERVERS = (["reference"] if os.environ.get("EXECPROTO_CODEX_SERVER") == "reference"
+           else ["asyncio", "trio", "threads"])
+UNSHARE = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
+TESTS = Path(__file__).resolve().parent.parent
+
+
+def _why_no_netns() -> str:
+    try:
+        tried = subprocess.run([*UNSHARE, "true"], capture_output=True, text=True, timeout=30)
+    except OSError as error:
+        return f"`unshare` cannot run: {error}"
+    if tried.returncode:
+        return f"`{' '.join(UNSHARE)}` is not permitted here: {tried.stderr.strip()}"
+    return ""
+
+
+pytestmark = pytest.mark.skipif(REFERENCE is None, reason=WHY_MISSING)
+
+
+class Runs:
+    """One runner per server, all started at once; each report is read when first needed."""
+
+    def __init__(self) -> None:
+        assert REFERENCE is not None
+        # CODEX_HOME may not be under /tmp, and the sandbox cases need a directory outside it.
+        cache = Path.home() / ".cache" / "execproto" / "codex-e2e"
+        cache.mkdir(parents=True, exist_ok=True)
+        self.base = Path(tempfile.mkdtemp(dir=cache))
+        self.runners: dict[str, subprocess.Popen[str]] = {}
+        for server in SERVERS:
+            (self.base / server).mkdir()
+            self.runners[server] = subprocess.Popen(
+                [*UNSHARE, "--", sys.executable, "-m", "codex.runner", REFERENCE, server,
+                 str(self.base / server)],
+                cwd=TESTS, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True)
+        self.reports: dict[str, dict[str, dict[str, Any]]] = {}
+        self.stderr: dict[str, str] = {}
+
+    def report(self, server: str, scenario: str) -> dict[str, Any]:
+        if server not in self.reports:
+            runner = self.runners[server]
+            try:
+                out, self.stderr[server] = runner.communicate(timeout=300)
+            except subprocess.TimeoutExpired:
+                os.killpg(runner.pid, signal.SIGKILL)
+                out, self.stderr[server] = runner.communicate()
+            reports = [json.loads(line) for line in out.splitlines()]
+            self.reports[server] = {report["name"]: report for report in reports}
+        found = self.reports[server].get(scenario)
+        assert found is not None, f"no report of {scenario} from the runner: {self.stderr[server]}"
+        return found
+
+    def close(self) -> None:
+        for runner in self.runners.values():
+            if runner.poll() is None:
+                os.killpg(runner.pid, signal.SIGKILL)
+                runner.communicate()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def runs() -> Iterator[Runs]:
+    why = _why_no_netns()
+    if why:
+        pytest.skip(f"{why}; codex would reach beyond loopback")
+    started = Runs()
+    yield started
+    started.close()
+
+
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def facts(runs: Runs, server: str, scenario: str, requests: int) -> dict[str, Any]:
+    """A scenario's facts, once it ran as scripted: ``requests`` model requests and nothing
+    else asked of the model."""
+    report = runs.report(server, scenario)
+    logs = "\n".join(f"--- {name}:\n{text}" for name, text in report["logs"].items())
+    assert "error" not in report, f"{report['error']}\n{logs}"
+    found: dict[str, Any] = report["facts"]
+    assert found["strays"] == [], found["strays"]
+    assert found["requests"] == requests, f"{found['requests']} model requests: {found}\n{logs}"
+    return found
+
+
+def ran(output: str, code: int) -> bool:
+    """Whether a tool output says the command ran to ``code``."""
+    return f"\nProcess exited with code {code}\n" in output
+
+
+def test_shell_command_and_exit_code(runs: Runs, server: str) -> None:
+    out = facts(runs, server, "shell_exit_code", 2)["outputs"]["call"]
+    assert ran(out, 3) and out.endswith("Output:\nhi\n"), out
+
+
+def test_apply_patch_creates_a_file(runs: Runs, server: str) -> None:
+    found = facts(runs, server, "apply_patch", 2)
+    assert "A hello.txt" in found["outputs"]["call"], found["outputs"]
+    assert found["file"] == "hello from apply_patch\n"
+
+
+def test_terminal_takes_stdin(runs: Runs, server: str) -> None:
+    outputs = facts(runs, server, "terminal_stdin", 3)["outputs"]
+    assert "Process running with session ID" in outputs["start"], outputs
+    assert "ping" in outputs["write"], outputs  # the terminal echoes it, then cat prints it
+
+
+def test_repository_skill_is_found_through_fs_walk(runs: Runs, server: str) -> None:
+    told = facts(runs, server, "repository_skill", 1)["first_request"]
+    # The skills codex lists for the model, one a line: "- name: description (file: ...)".
+    lines = [line for line in told.split("\\n") if line.endswith("SKILL.md)")]  # JSON-escaped
+    listed = {line.split(": ", 1)[0]: line for line in lines}
+    assert "- demo-skill" in listed, f"the model was told only of {sorted(listed)}"
+    assert "Frobnicates the widgets of the e2e suite." in listed["- demo-skill"]
+
+
+def test_dropped_connection_is_resumed(runs: Runs, server: str) -> None:
+    found = facts(runs, server, "resumed_connection", 2)
+    # codex 0.171 reconnects at once and resumes its session (initialize with resumeSessionId,
+    # then process/read from seq 0): the server must answer with the same session id.
+    assert (found["cuts"], found["connections"]) == (1, 2), found
+    assert len(found["session_ids"]) == 2 and len(set(found["session_ids"])) == 1, found
+    out = found["outputs"]["call"]
+    assert ran(out, 0) and out.endswith("Output:\ndone\n"), out
+
+
+def test_stdio_transport_from_environments_toml(runs: Runs, server: str) -> None:
+    out = facts(runs, server, "stdio_transport", 2)["outputs"]["call"]
+    assert ran(out, 3) and out.endswith("Output:\nhi\n"), out
+
+
+def test_bearer_token_from_environments_toml(runs: Runs, server: str) -> None:
+    out = facts(runs, server, "bearer_token", 2)["outputs"]["call"]
+    assert ran(out, 3) and out.endswith("Output:\nhi\n"), out
+
+
+def test_wrong_token_is_refused_cleanly(runs: Runs, server: str) -> None:
+    found = facts(runs, server, "wrong_token", 2)
+    assert found["answer"].startswith("HTTP/1.1 401"), found
+    assert "No usable execution environment" in found["outputs"]["call"], found["outputs"]
+    assert not found["reached"]
+
+
+def test_read_only_denies_a_write(runs: Runs, server: str) -> None:
+    found = facts(runs, server, "read_only", 2)
+    out = found["outputs"]["call"]
+    # It ran and failed: a command that never started would leave no file either.
+    assert "Process exited with code" in out and not ran(out, 0), out
+    assert not found["written"]
+
+
+def test_process_start_reports_linux_seccomp(runs: Runs, server: str) -> None:
+    for scenario, requests, started in [("read_only", 2, 1), ("workspace_write", 4, 3)]:
+        types = facts(runs, server, scenario, requests)["sandbox_types"]
+        assert types == ["linuxSeccomp"] * started, f"{scenario}: {types}"
+
+
+def test_workspace_write_allows_the_workdir(runs: Runs, server: str) -> None:
+    found = facts(runs, server, "workspace_write", 4)
+    assert ran(found["outputs"]["inside"], 0), found["outputs"]
+    assert found["inside"]
+
+
+def test_workspace_write_denies_a_directory_outside(runs: Runs, server: str) -> None:
+    found = facts(runs, server, "workspace_write", 4)
+    out = found["outputs"]["outside"]
+    assert "Process exited with code" in out and not ran(out, 0), out
+    assert not found["outside"]
+
+
+def test_workspace_write_denies_the_network(runs: Runs, server: str) -> None:
+    found = facts(runs, server, "workspace_write", 4)
+    out = found["outputs"]["network"]
+    assert "Process exited with code" in out and "connected" not in out, out
+    assert not found["accepted"], "the sandboxed command reached a listener on 127.0.0.1"

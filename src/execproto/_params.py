@@ -70,6 +70,28 @@ def _env_policy(value: Any) -> EnvPolicy:
     )
 
 
+def _os_text(value: str, field: str) -> str:
+    """A string the OS will take as an argument or a variable: no NUL, no lone surrogate.
+
+    Checked here so that the spawn cannot fail on it later (the reference's spawn fails with
+    -32603 "nul byte found in provided data"; this names the field instead)."""
+    if "\x00" in value:
+        raise invalid_params(f"{field} must not contain a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise invalid_params(f"{field} is not valid Unicode: it holds a lone surrogate") from None
+    return value
+
+
+def _os_env(env: Any, field: str) -> None:
+    for name, value in env:
+        _os_text(name, f"{field} name `{name}`")
+        if not name or "=" in name:
+            raise invalid_params(f"{field} name `{name}` must be non-empty and without `=`")
+        _os_text(value, f"{field} `{name}`")
+
+
 def start(params: Any) -> StartParams:
     fields = Fields(params, "WireExecParams")
     process_id = fields.text("processId")
@@ -83,6 +105,13 @@ def start(params: Any) -> StartParams:
     sandbox = _sandbox.parse(fields.raw("sandbox"))
     if not argv:
         raise invalid_params("argv must not be empty")
+    for index, arg in enumerate(argv):
+        _os_text(arg, f"argv[{index}]")
+    if arg0 is not None:
+        _os_text(arg0, "arg0")
+    _os_env(env.items(), "env")
+    if env_policy is not None:
+        _os_env(env_policy.set, "envPolicy.set")
     return StartParams(
         process_id=process_id,
         argv=argv,

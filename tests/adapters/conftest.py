@@ -17,8 +17,10 @@ ADAPTERS = ["asyncio", "trio", "threads"]
 
 
 class Server:
-    def __init__(self, adapter: str, *args: str, env: dict[str, str] | None = None) -> None:
-        command = [sys.executable, "-m", "execproto.adapters", "serve",
+    def __init__(self, adapter: str, *args: str, env: dict[str, str] | None = None,
+                 prefix: tuple[str, ...] = ()) -> None:
+        """``prefix``: a command the server runs under (to run it as another user, say)."""
+        command = [*prefix, sys.executable, "-m", "execproto.adapters", "serve",
                    "--listen", "ws://127.0.0.1:0", "--adapter", adapter, *args]
         self.process = subprocess.Popen(
             command,

@@ -2,9 +2,11 @@
 
 Two servers per adapter: ``plain`` (no operator sandbox: the client's permission profile is
 what confines) and ``floored`` (``--sandbox bwrap --writable-root W``: the operator's floor,
-which no request can widen). Workspaces live under /var/tmp, not /tmp, since the
-workspace-write profile makes /tmp writable. Every attack checks its effect on the host (a
-file, a hostname, a live process), not a flag inside the sandbox.
+which no request can widen); and, when the tests run as root, the same on one adapter with the
+server running as `nobody` (bubblewrap then works through a user namespace). Workspaces live
+under /var/tmp, not /tmp, since the workspace-write profile makes /tmp writable, and are open
+to everyone, so that only the sandbox stands between `nobody` and them. Every attack checks
+its effect on the host (a file, a hostname, a live process), not a flag inside the sandbox.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -39,29 +42,53 @@ pytestmark = needs_bwrap
 @pytest.fixture(scope="module")
 def places() -> Iterator[dict[str, Path]]:
     base = Path(tempfile.mkdtemp(prefix="execproto-sandbox-", dir="/var/tmp"))
+    base.chmod(0o755)
     found = {name: base / name for name in ("workspace", "outside", "floor")}
     for path in found.values():
         path.mkdir()
+        path.chmod(0o777)
     yield found
     shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(scope="module", params=ADAPTERS)
-def module_adapter(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--")
+# (adapter, the prefix the server runs under): every adapter as ourselves, one as nobody.
+RUNS = [(adapter, ()) for adapter in ADAPTERS] + ([("asyncio", NOBODY)] if IS_ROOT else [])
+
+
+def _nobody_problem() -> str | None:
+    probe = subprocess.run([*NOBODY, sys.executable, "-c", "import execproto"],
+                           capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"nobody cannot run execproto here: {probe.stderr}"
+
+
+@pytest.fixture(scope="module", params=RUNS, ids=lambda run: run[0] + ("-nobody" if run[1] else ""))
+def server_run(request: pytest.FixtureRequest) -> tuple[str, tuple[str, ...]]:
+    adapter, prefix = request.param
+    if prefix and (problem := _nobody_problem()) is not None:
+        pytest.skip(problem)
+    return adapter, prefix
 
 
 @pytest.fixture(scope="module")
-def plain(module_adapter: str) -> Iterator[tuple[Server, Client]]:
-    server = Server(module_adapter)
+def privileged(server_run: tuple[str, tuple[str, ...]]) -> bool:
+    """Whether the server runs as root."""
+    return IS_ROOT and not server_run[1]
+
+
+@pytest.fixture(scope="module")
+def plain(server_run: tuple[str, tuple[str, ...]]) -> Iterator[tuple[Server, Client]]:
+    server = Server(server_run[0], prefix=server_run[1])
     yield server, server.client()
     log = server.stop()
     assert "Traceback" not in log, log
 
 
 @pytest.fixture(scope="module")
-def floored(module_adapter: str, places: dict[str, Path]) -> Iterator[tuple[Server, Client]]:
-    server = Server(module_adapter, "--sandbox", "bwrap", "--writable-root", str(places["floor"]))
+def floored(server_run: tuple[str, tuple[str, ...]],
+            places: dict[str, Path]) -> Iterator[tuple[Server, Client]]:
+    server = Server(server_run[0], "--sandbox", "bwrap", "--writable-root", str(places["floor"]),
+                    prefix=server_run[1])
     yield server, server.client()
     log = server.stop()
     assert "Traceback" not in log, log
@@ -185,6 +212,7 @@ def test_host_unix_sockets_are_hidden(plain: tuple[Server, Client],
         for path in paths:
             listener = socket.socket(socket.AF_UNIX)
             listener.bind(path)
+            Path(path).chmod(0o777)  # so that only the sandbox keeps `nobody` from it
             listener.listen(8)
             listeners.append(listener)
         abstract = socket.socket(socket.AF_UNIX)
@@ -278,9 +306,10 @@ def test_the_wrappers_run_with_a_fixed_environment(floored: tuple[Server, Client
     assert marker.exists()
 
 
-@pytest.mark.skipif(not IS_ROOT, reason="the server runs unprivileged: no capabilities to drop")
-def test_no_capabilities_inside_even_as_root(floored: tuple[Server, Client],
+def test_no_capabilities_inside_even_as_root(floored: tuple[Server, Client], privileged: bool,
                                              places: dict[str, Path]) -> None:
+    if not privileged:
+        pytest.skip("the server runs unprivileged: it has no capabilities to drop")
     _, client = floored
     outside = _target(places, "outside")
     ran = run(client, f"grep CapEff /proc/self/status; mount -o remount,rw / ; "
@@ -341,12 +370,12 @@ def test_no_terminal_outside_the_sandbox_is_reachable(floored: tuple[Server, Cli
     assert "INJECTED" not in ran.stdout and ran.stdout.count("BLOCKED") == 3, ran
 
 
-def test_a_sandbox_that_cannot_be_enforced_is_refused(module_adapter: str,
-                                                      places: dict[str, Path],
-                                                      tmp_path: Path) -> None:
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    server = Server(module_adapter, env={"PATH": str(empty)})  # no bwrap to be found
+def test_a_sandbox_that_cannot_be_enforced_is_refused(server_run: tuple[str, tuple[str, ...]],
+                                                      places: dict[str, Path]) -> None:
+    # No bwrap to be found on this PATH (setpriv, for the prefix, is looked up before it).
+    server = Server(server_run[0], env={"PATH": "/nonexistent"},
+                    prefix=tuple(shutil.which(word) or word for word in server_run[1][:1])
+                    + server_run[1][1:])
     try:
         client = server.client()
         marker = _target(places, "outside")
@@ -387,9 +416,9 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def test_the_server_takes_its_sandboxed_processes_with_it(module_adapter: str,
-                                                          places: dict[str, Path]) -> None:
-    server = Server(module_adapter)
+def test_the_server_takes_its_sandboxed_processes_with_it(
+        server_run: tuple[str, tuple[str, ...]], places: dict[str, Path]) -> None:
+    server = Server(server_run[0], prefix=server_run[1])
     try:
         client = server.client()
         reply = client.call("process/start", {

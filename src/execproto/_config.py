@@ -20,6 +20,10 @@ class Config:
     closed_ttl: float = 30.0  # seconds a closed process stays readable
     write_id_memory: int = 4096  # writeIds remembered per process
     max_fs_handles: int = 128  # open fs handles per connection
+    # Processes not yet closed, per session and for the whole server: past them a start is
+    # refused, so one client cannot take every pid and descriptor from the others.
+    max_session_processes: int = 256
+    max_processes: int = 1024
     # The operator's sandbox, the floor every client request is narrowed by (None: none).
     floor: Policy | None = None
     # The `sandboxType` a sandboxed process reports: the wire name of what enforces policies

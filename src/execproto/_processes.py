@@ -59,6 +59,7 @@ class ProcessHandlers(CoreState):
     ) -> None:
         if p.process_id in session.processes:
             raise invalid_request(f"process {p.process_id} already exists")
+        self._check_process_limits(session)
         env = child_environment(self.host.env, p.env, p.env_policy)
         sandbox = self._sandbox_for(p, env)
         handle = self._next_proc
@@ -90,6 +91,19 @@ class ProcessHandlers(CoreState):
             sandbox=sandbox,
         )
         self._emit(Spawn(proc=handle, spec=spec))
+
+    def _check_process_limits(self, session: Session) -> None:
+        if len(self._procs) >= self.config.max_processes:
+            raise invalid_request(
+                f"too many processes: this server runs at most {self.config.max_processes} "
+                "at once; wait for some to close"
+            )
+        live = sum(1 for process in session.processes.values() if process.proc in self._procs)
+        if live >= self.config.max_session_processes:
+            raise invalid_request(
+                f"too many processes: a session runs at most {self.config.max_session_processes} "
+                "at once; wait for some to close"
+            )
 
     def _sandbox_for(self, p: _params.StartParams, env: dict[str, str]) -> Policy | None:
         """The client's sandbox narrowed by the operator's floor; -32602 if nothing here can

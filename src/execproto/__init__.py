@@ -21,6 +21,8 @@ from ._actions import (
     Signal,
     Spawn,
     SpawnSpec,
+    Unwatch,
+    WatchMissing,
     WriteStdin,
 )
 from ._client import ClientCore
@@ -53,6 +55,7 @@ from ._events import (
     HttpFinished,
     HttpResponded,
     MessageReceived,
+    MissingChanged,
     OutputReceived,
     ProcessExited,
     ProcessSpawned,
@@ -98,6 +101,7 @@ __all__ = [
     "HttpResponded",
     "LocalProtocolError",
     "MessageReceived",
+    "MissingChanged",
     "Output",
     "OutputLost",
     "OutputReceived",
@@ -127,6 +131,8 @@ __all__ = [
     "SpawnSpec",
     "StreamClosed",
     "Tick",
+    "Unwatch",
+    "WatchMissing",
     "WriteStdin",
     "child_environment",
     "path_from_uri",

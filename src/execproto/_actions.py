@@ -119,12 +119,36 @@ class FsRequest:
 class RunFs:
     """Run a blocking filesystem call off the event loop; answer with `FsCompleted`.
 
+    Besides ``fs/*``, ``request.method`` may be ``environmentConfig/read``,
+    ``capabilities/discoverV2`` or ``capabilityRoots/discoverV1``: file reads about the
+    executor's own setup, blocking in the same way.
+
     ``conn`` scopes ``fs/open`` handles; the adapter closes a connection's handles when it closes.
     """
 
     op: int
     conn: int
     request: FsRequest
+
+
+@attrs.frozen(kw_only=True)
+class WatchMissing:
+    """Watch for any of ``missing`` to appear (or ``present`` to go); answer with `FsCompleted`
+    for ``op``: ``{"watching": true}`` when every missing path is absent and ``present`` (if
+    any) exists, else ``{"watching": false}`` and nothing more. A watch that holds reports
+    `MissingChanged` once, for ``watch``, and is then over. Paths are native."""
+
+    op: int
+    watch: int
+    missing: tuple[str, ...]
+    present: str | None
+
+
+@attrs.frozen(kw_only=True)
+class Unwatch:
+    """Stop the watch (replaced, or its connection closed). Harmless if it already fired."""
+
+    watch: int
 
 
 @attrs.frozen(kw_only=True)
@@ -162,6 +186,8 @@ Action = (
     | ResumeOutput
     | Finalize
     | RunFs
+    | WatchMissing
+    | Unwatch
     | RunHttp
     | CancelHttp
 )

@@ -13,7 +13,6 @@ import attrs
 from ._errors import RpcError
 
 
-
 @attrs.frozen(kw_only=True)
 class ConnectionOpened:
     conn: int
@@ -108,6 +107,13 @@ class FsCompleted:
 
 
 @attrs.frozen(kw_only=True)
+class MissingChanged:
+    """A `WatchMissing` watch saw a missing path appear (or its present path go)."""
+
+    watch: int
+
+
+@attrs.frozen(kw_only=True)
 class HttpResponded:
     """An ``http/request`` got its status and headers (and, unless streaming, its body)."""
 
@@ -159,6 +165,7 @@ Event = (
     | ProcessExited
     | FinalizeFailed
     | FsCompleted
+    | MissingChanged
     | HttpResponded
     | HttpBodyReceived
     | HttpFinished
@@ -179,6 +186,7 @@ EVENT_TYPES: tuple[type, ...] = (
     ProcessExited,
     FinalizeFailed,
     FsCompleted,
+    MissingChanged,
     HttpResponded,
     HttpBodyReceived,
     HttpFinished,

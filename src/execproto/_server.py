@@ -12,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from . import _jsonrpc, _params
-from ._actions import Action, CloseConnection
+from . import _fs_params, _host_params, _jsonrpc, _params
+from ._actions import Action, CloseConnection, FsRequest
 from ._config import Config, Host
 from ._errors import (
     METHOD_NOT_FOUND,
@@ -32,6 +32,7 @@ from ._events import (
     HttpFinished,
     HttpResponded,
     MessageReceived,
+    MissingChanged,
     OutputReceived,
     ProcessExited,
     ProcessSpawned,
@@ -44,8 +45,9 @@ from ._events import (
 )
 from ._jsonrpc import Id
 from ._processes import ProcessHandlers
-from ._services import ServiceHandlers, parse_fs, parse_http
+from ._services import parse_fs, parse_http
 from ._session import Connection, Handshake, Session
+from ._watches import WatchHandlers
 
 Handler = Callable[[Connection, Session, Id, Any], None]
 
@@ -64,6 +66,11 @@ def _fs_method(name: str, run: Handler) -> Method:
     return Method("filesystem", lambda raw: parse_fs(name, raw), run)
 
 
+def _host_method(category: str, name: str, parse: Callable[[Any], Any], run: Handler) -> Method:
+    """A call about the executor's own setup: blocking file reads, so run as one."""
+    return Method(category, lambda raw: (FsRequest(method=name, params=parse(raw)), None), run)
+
+
 _FS_METHODS = (
     "fs/readFile",
     "fs/writeFile",
@@ -71,10 +78,12 @@ _FS_METHODS = (
     "fs/getMetadata",
     "fs/canonicalize",
     "fs/readDirectory",
+    "fs/walk",
     "fs/remove",
     "fs/copy",
     "fs/open",
     "fs/readBlock",
+    "fs/writeBlock",
     "fs/close",
 )
 
@@ -83,7 +92,7 @@ PROTOCOL_ERROR = 1002
 GOING_AWAY = 1001
 
 
-class ServerCore(ProcessHandlers, ServiceHandlers):
+class ServerCore(ProcessHandlers, WatchHandlers):
     """The exec-server protocol. Drive it with `handle`; sleep until `next_deadline`."""
 
     def __init__(self, config: Config | None = None, host: Host | None = None) -> None:
@@ -102,6 +111,7 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
             ProcessExited: self._on_exited,
             FinalizeFailed: self._on_finalize_failed,
             FsCompleted: self._on_fs_completed,
+            MissingChanged: self._on_missing_changed,
             HttpResponded: self._on_http_responded,
             HttpBodyReceived: self._on_http_body,
             HttpFinished: self._on_http_finished,
@@ -115,9 +125,23 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
             "process/signal": Method("exec", _params.signal, self._process_signal),
             "process/terminate": Method("exec", _params.terminate, self._process_terminate),
             "process/ack": Method("exec", _params.ack, self._process_ack),
-            "environment/info": Method("environment info", _params.unit, self._environment_info),
+            "environment/info": Method("environment info", _host_params.unit,
+                                       self._environment_info),
+            "environment/status": Method("environment status", _host_params.unit,
+                                         self._environment_status),
             "http/request": Method("http", parse_http, self._http_run),
             **{name: _fs_method(name, self._fs_run) for name in _FS_METHODS},
+            "fs/watchMissing": Method("filesystem", _fs_params.watch_missing,
+                                      self._watch_missing),
+            "environmentConfig/read": _host_method(
+                "environment config", "environmentConfig/read", _host_params.config_read,
+                self._fs_run),
+            "capabilities/discoverV2": _host_method(
+                "capability discovery", "capabilities/discoverV2", _host_params.discover_v2,
+                self._fs_run),
+            "capabilityRoots/discoverV1": _host_method(
+                "capability discovery", "capabilityRoots/discoverV1", _host_params.discover_v1,
+                self._fs_run),
         }
         # Deadline kind -> what to do when it passes (see `_set_timer` callers for the keys).
         self._timer_handlers: dict[str, Callable[..., None]] = {
@@ -178,6 +202,7 @@ class ServerCore(ProcessHandlers, ServiceHandlers):
         for read in list(c.reads.values()):
             self._cancel_read(read)
         self._drop_ops(c)
+        self._drop_watch(c)
         session = c.session
         if session is not None:
             session.conn = None

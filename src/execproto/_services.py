@@ -1,4 +1,5 @@
-"""``environment/info``, ``fs/*`` and ``http/request``: validated here, run by the adapter.
+"""``environment/*``, ``fs/*``, the executor's config and ``http/request``: validated here, run
+by the adapter.
 
 Each method has a parser (params -> request, raising the reference's errors) and a runner that
 keeps the per-connection bookkeeping (open fs handles, live response streams) and emits `RunFs`
@@ -14,7 +15,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from . import _sandbox
+from . import _fs_params, _sandbox
 from ._actions import CancelHttp, FsRequest, HttpRequest, RunFs, RunHttp, Send
 from ._b64 import decode, decode_or_raise
 from ._errors import NOT_FOUND, LocalProtocolError, RpcError, internal_error, invalid_params
@@ -64,14 +65,20 @@ def parse_fs(method: str, raw: Any) -> tuple[FsRequest, SandboxRequest | None]:
             "destination": _uri(f, "destinationPath"),
             "recursive": f.flag("recursive"),
         }
+    elif method == "fs/walk":
+        params = _fs_params.walk(f)
     elif method == "fs/open":
         params = {"handleId": f.text("handleId"), "path": _uri(f, "path")}
+        # Absent means "read"; an explicit null is an error, as in the reference.
+        params["mode"] = _fs_params.open_mode(f.raw("mode")) if f.has("mode") else "read"
         if len(params["handleId"].encode("utf-8", "surrogatepass")) > MAX_HANDLE_ID_BYTES:
             raise invalid_request(f"file handle ID must not exceed {MAX_HANDLE_ID_BYTES} bytes")
     elif method == "fs/readBlock":
         params = {"handleId": f.text("handleId"), "offset": f.uint("offset"), "len": f.uint("len")}
         if not 1 <= params["len"] <= MAX_BLOCK:
             raise invalid_request(f"file read block length must be between 1 and {MAX_BLOCK}")
+    elif method == "fs/writeBlock":
+        params = _fs_params.write_block(f)
     else:
         assert method == "fs/close"
         params = {"handleId": f.text("handleId")}
@@ -159,6 +166,10 @@ class ServiceHandlers(CoreState):
     def _environment_info(self, c: Connection, session: Session, msg_id: Id, _: None) -> None:
         self._respond(c.conn, msg_id, self.host.environment_info)
 
+    def _environment_status(self, c: Connection, session: Session, msg_id: Id, _: None) -> None:
+        # The only status the reference has: an initialized connection is ready.
+        self._respond(c.conn, msg_id, {"status": "ready"})
+
     # -- fs -------------------------------------------------------------------------------------
 
     def _fs_run(
@@ -176,7 +187,9 @@ class ServiceHandlers(CoreState):
         policy = narrow(self.config.floor, asked_policy)
         request = attrs.evolve(request, sandbox=policy)
         handle_id = request.params.get("handleId")
-        if request.method == "fs/open":
+        if request.method == "fs/walk":
+            _fs_params.walk_limits(request.params)
+        elif request.method == "fs/open":
             if handle_id in c.fs_handles:
                 raise invalid_request(f"file handle `{handle_id}` already exists")
             if len(c.fs_handles) >= self.config.max_fs_handles:
@@ -185,8 +198,10 @@ class ServiceHandlers(CoreState):
                 )
             # Reserved now, so the limit counts opens in flight; released if the open fails.
             c.fs_handles.add(handle_id)
-        elif request.method == "fs/readBlock" and handle_id not in c.fs_handles:
+        elif request.method in ("fs/readBlock", "fs/writeBlock") and handle_id not in c.fs_handles:
             raise unknown_handle(handle_id)
+        if request.method == "fs/writeBlock":
+            _fs_params.write_range(request.params)
         elif request.method == "fs/close":
             if handle_id not in c.fs_handles:
                 self._respond(c.conn, msg_id, {})  # closing twice is harmless, as in the reference

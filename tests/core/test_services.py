@@ -140,7 +140,10 @@ def test_environment_info_answers_the_host_environment_info() -> None:
     h.connect(1)
     h.handshake(1)
     assert h.call(1, "environment/info")["result"] == info
-    assert h.call(1, "environment/info", {"ignored": True})["result"] == info
+    assert h.call(1, "environment/info", {})["result"] == info
+    # The reference's params are serde's unit: a map with keys in it is refused.
+    assert h.call(1, "environment/info", {"x": True})["error"] == {
+        "code": -32602, "message": "invalid type: map, expected unit"}
 
 
 def test_environment_info_of_a_default_host_is_empty(h: Harness) -> None:
@@ -207,7 +210,7 @@ def test_fs_methods_become_run_fs_with_native_paths(
 def test_fs_open_read_block_and_close_become_run_fs(h: Harness) -> None:
     open_run = open_handle(h, "h1")
     assert open_run.request == FsRequest(
-        method="fs/open", params={"handleId": "h1", "path": "/tmp/f"}
+        method="fs/open", params={"handleId": "h1", "path": "/tmp/f", "mode": "read"}
     )
     _, run = fs(h, "fs/readBlock", {"handleId": "h1", "offset": 4096, "len": MAX_BLOCK})
     assert run.request == FsRequest(

@@ -18,6 +18,9 @@ from execproto import (
     Finalize,
     FinalizeFailed,
     FsCompleted,
+    MissingChanged,
+    Unwatch,
+    WatchMissing,
     FsRequest,
     Host,
     HttpBodyReceived,
@@ -364,6 +367,7 @@ EVENT_SAMPLES: list[Any] = [
     FsCompleted(op=10),
     FsCompleted(op=11, error=RpcError(-32004, "not found", {"kind": "x", "list": [1, 2]})),
     FsCompleted(op=11, error=RpcError(-32603, "boom")),
+    MissingChanged(watch=3),
     HttpResponded(op=12, status=200, headers=(("a", "1"), ("a", "2")), body=b"\x00body"),
     HttpResponded(op=12, status=204, headers=()),
     HttpBodyReceived(op=13, data=b"delta"),
@@ -393,6 +397,9 @@ ACTION_SAMPLES: list[Any] = [
                                       body=None, timeout_ms=100, stream_response=True,
                                       follow_redirects=False)),
     CancelHttp(op=5),
+    WatchMissing(op=6, watch=1, missing=("/a", "/b/c"), present="/d"),
+    WatchMissing(op=7, watch=2, missing=("/a",), present=None),
+    Unwatch(watch=1),
 ]
 
 

@@ -47,12 +47,15 @@ from execproto import (
     SpawnFailed,
     StreamClosed,
     Tick,
+    Unwatch,
+    WatchMissing,
     WriteStdin,
 )
 from execproto._trace import Recorder
 
 from . import _http, _posix
 from ._fs import Files
+from ._watch import Watches
 from .backends import Backend, LocalBackend, Refused
 
 if TYPE_CHECKING:
@@ -120,6 +123,7 @@ class Driver:
         self.on_idle: Callable[[], None] | None = None  # called after a drain leaves it idle
         self.peers: dict[int, Peer] = {}  # open connections, by the handle the core knows
         self._conns = 0
+        self.watches = Watches(loop, self.feed)
         self._run: dict[type, Callable[[Any], None]] = {
             Send: self._send,
             CloseConnection: self._close_connection,
@@ -131,6 +135,8 @@ class Driver:
             ResumeOutput: self._resume,
             Finalize: self._finalize,
             RunFs: self._run_fs,
+            WatchMissing: self.watches.start,
+            Unwatch: self.watches.stop,
             RunHttp: self._run_http,
             CancelHttp: self._cancel_http,
         }

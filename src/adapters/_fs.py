@@ -21,7 +21,9 @@ from typing import Any
 from execproto import FsRequest, Policy, RpcError, uri_from_path
 from execproto._policy import RANK
 
+from . import _envconfig, _skills
 from ._posix import os_error_text
+from ._walk import walk
 
 MAX_READ_FILE = 64 << 20  # fs/readFile answers in one message; bigger files go by fs/open
 
@@ -49,7 +51,10 @@ _NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
     "fs/readDirectory": (("path", "read"),),
     "fs/remove": (("path", "write"),),
     "fs/copy": (("source", "read"), ("destination", "write")),
+    "fs/walk": (("path", "read"),),
     "fs/open": (("path", "read"),),
+    "fs/open replace": (("path", "write"),),
+    "fs/writeBlock": (),  # checked when its handle was opened for replacing
 }
 _DENIED = {
     "read": RpcError(-32600, "Permission denied (os error 13)"),
@@ -57,15 +62,22 @@ _DENIED = {
 }
 
 
+def _granted(policy: Policy, real: str) -> str:
+    """The access ``policy`` grants a resolved path, deny patterns included."""
+    if any(fnmatch.fnmatchcase(real, pattern) for pattern in policy.deny_globs):
+        return "none"
+    return policy.access(real)
+
+
 def _within(policy: Policy, method: str, params: dict[str, Any]) -> None:
     """Refuse the call as the sandbox would: EACCES for a denied read, EROFS for a write where
     the policy grants none. Paths are checked as resolved through their symlinks."""
     recursive = params.get("recursive", False)
+    if method == "fs/open" and params.get("mode") == "replace":
+        method = "fs/open replace"
     for name, need in _NEEDS.get(method, ()):
         real = os.path.realpath(params[name])
-        granted = policy.access(real)
-        if any(fnmatch.fnmatchcase(real, pattern) for pattern in policy.deny_globs):
-            granted = "none"
+        granted = _granted(policy, real)
         if recursive:
             deeper = [r.access for r in policy.rules if r.path.startswith(real.rstrip("/") + "/")]
             granted = min([granted, *deeper], key=RANK.__getitem__)
@@ -91,7 +103,11 @@ class Files:
             "fs/copy": self._copy,
             "fs/open": self._open,
             "fs/readBlock": self._read_block,
+            "fs/writeBlock": self._write_block,
             "fs/close": self._close,
+            "environmentConfig/read": lambda conn, p: _envconfig.read(p),
+            "capabilities/discoverV2": lambda conn, p: _skills.discover_home(p),
+            "capabilityRoots/discoverV1": lambda conn, p: _skills.discover_roots(p, self._check),
         }
 
     def run(self, conn: int, request: FsRequest) -> tuple[Any, RpcError | None]:
@@ -99,6 +115,8 @@ class Files:
         try:
             if request.sandbox is not None:
                 _within(request.sandbox, request.method, request.params)
+            if request.method == "fs/walk":
+                return self._walk(request.params, request.sandbox), None
             return self._run[request.method](conn, request.params), None
         except RpcError as error:
             return None, error
@@ -121,18 +139,36 @@ class Files:
         real = os.path.realpath(path)
         if may_be_missing and not os.path.lexists(path):
             real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-        if not any(real == root or real.startswith(root.rstrip("/") + "/") for root in self._roots):
+        if not self._inside(real):
             raise _refused(f"path `{path}` is outside the allowed roots")
+
+    def _inside(self, real: str) -> bool:
+        return any(real == root or real.startswith(root.rstrip("/") + "/") for root in self._roots)
 
     # -- whole files ----------------------------------------------------------------------------
 
     def _open_regular(self, path: str, flags: int) -> int:
-        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+        # 0o666: a file created here gets what the umask leaves of rw for all, like any program's.
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise _refused(f"path `{path}` is not a file")
         os.set_blocking(fd, True)
         return fd
+
+    def _walk(self, p: dict[str, Any], policy: Policy | None) -> Any:
+        root = os.path.normpath(p["path"])
+        self._check(root)
+        if not self._roots and policy is None:
+            return walk(root, p)
+
+        def allowed(path: str) -> bool:
+            real = os.path.realpath(path)
+            if self._roots and not self._inside(real):
+                return False
+            return policy is None or _granted(policy, real) != "none"
+
+        return walk(root, p, allowed)
 
     def _read_file(self, conn: int, p: dict[str, Any]) -> Any:
         self._check(p["path"])
@@ -244,8 +280,13 @@ class Files:
     # -- handles --------------------------------------------------------------------------------
 
     def _open(self, conn: int, p: dict[str, Any]) -> Any:
-        self._check(p["path"])
-        fd = self._open_regular(p["path"], os.O_RDONLY)
+        if p["mode"] == "replace":
+            # Truncated (or created) at once, in place: same inode and mode, links followed.
+            self._check(p["path"], may_be_missing=True)
+            fd = self._open_regular(p["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        else:
+            self._check(p["path"])
+            fd = self._open_regular(p["path"], os.O_RDONLY)
         with self._lock:
             self._handles[conn, p["handleId"]] = (fd, p["path"])
         return {"handleId": p["handleId"]}
@@ -262,6 +303,17 @@ class Files:
             "chunk": base64.b64encode(data).decode("ascii"),
             "eof": p["offset"] + len(data) >= size,
         }
+
+    def _write_block(self, conn: int, p: dict[str, Any]) -> Any:
+        with self._lock:
+            found = self._handles.get((conn, p["handleId"]))
+        if found is None:
+            raise RpcError(-32004, f"unknown file handle `{p['handleId']}`")
+        view, offset = memoryview(p["data"]), p["offset"]
+        while view:  # positional: blocks may come in any order, past the end leaves a hole
+            written = os.pwrite(found[0], view, offset)
+            view, offset = view[written:], offset + written
+        return {}
 
     def _close(self, conn: int, p: dict[str, Any]) -> Any:
         with self._lock:

@@ -11,26 +11,28 @@ from execproto import Host, uri_from_path
 
 VERSION = "0.1.0"
 
-# The reference reports these capability flags; a client that parses them strictly needs every
-# key present. execproto offers none of the features they announce, so each is false.
-_CAPABILITIES = (
-    "networkProxyLaunch",
-    "networkProxyReviewDomains",
-    "networkProxyTransparentTcp",
-    "credentialMasking",
-    "credentialMaskingCustomProviders",
-    "capabilityDiscoverySandbox",
-    "fsWatchMissing",
-    "capabilityDiscoveryV2",
-    "environmentConfigRead",
-    "httpHeaderEnvVars",
-    "sandboxedFileStreaming",
-    "fileWriteStreaming",
-    "shellSnapshotV2",
-    "windowsMxc",
-    "linuxRootWritePreservesDevices",
-    "linuxApprovedRootWritePreservesRestrictions",
-)
+# The reference reports these capability flags, and a client that parses them strictly needs
+# every key. Each says whether execproto offers what it announces (docs/protocol.md, "Capabilities"):
+# the client sends a newer request, or a newer field, only to an executor that says it can.
+_CAPABILITIES = {
+    "networkProxyLaunch": False,  # process/start's networkProxy: no executor-local proxy here
+    "networkProxyReviewDomains": False,
+    "networkProxyTransparentTcp": False,
+    "credentialMasking": False,
+    "credentialMaskingCustomProviders": False,
+    # discovery would have to run each root under the sandbox sent with it; it does not
+    "capabilityDiscoverySandbox": False,
+    "fsWatchMissing": True,  # fs/watchMissing and fs/missingChanged
+    "capabilityDiscoveryV2": True,  # capabilities/discoverV2 (skills of $CODEX_HOME/skills)
+    "environmentConfigRead": True,  # environmentConfig/read
+    "httpHeaderEnvVars": False,  # http/request headers taking values from the environment
+    "sandboxedFileStreaming": False,  # fs/open streams run inside the platform sandbox
+    "fileWriteStreaming": True,  # fs/open mode "replace" and fs/writeBlock
+    "shellSnapshotV2": False,  # process/start's shellSnapshot
+    "windowsMxc": False,
+    "linuxRootWritePreservesDevices": False,
+    "linuxApprovedRootWritePreservesRestrictions": False,
+}
 
 
 def _shell() -> dict[str, str]:
@@ -49,7 +51,7 @@ def environment_info() -> dict[str, Any]:
         "prependPathDirs": [],
         "temporaryDirectories": [],
         "tempDir": uri_from_path(tempfile.gettempdir()),
-        "capabilities": {name: False for name in _CAPABILITIES},
+        "capabilities": dict(_CAPABILITIES),
     }
 
 

@@ -75,6 +75,16 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return any("\ud800" <= char <= "\udfff" for char in value)
+    if isinstance(value, dict):
+        return any(_lone_surrogate(k) or _lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_lone_surrogate(item) for item in value)
+    return False
+
+
 def parse(data: bytes | str) -> Incoming | Malformed | ClientResponse:
     """Decode one frame."""
     try:
@@ -85,6 +95,14 @@ def parse(data: bytes | str) -> Incoming | Malformed | ClientResponse:
     except (ValueError, RecursionError) as exc:
         # ValueError covers bad JSON, bad UTF-8 and integers too long to convert.
         return Malformed(str(exc) or type(exc).__name__)
+    # A "\ud800" escape with no partner decodes to a lone surrogate, which no OS call, file
+    # name or UTF-8 encoder takes: JSON (RFC 8259) allows it, strict parsers such as the
+    # reference's refuse it, and so does this one. Only an escape can make one.
+    try:
+        if ("\\ud" in text or "\\uD" in text) and _lone_surrogate(message):
+            return Malformed("unexpected end of hex escape")
+    except RecursionError:
+        return Malformed("recursion limit exceeded")
     if not isinstance(message, dict):
         return Malformed("expected a JSON-RPC object")
     if "id" in message and not _valid_id(message["id"]):

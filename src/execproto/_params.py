@@ -71,16 +71,13 @@ def _env_policy(value: Any) -> EnvPolicy:
 
 
 def _os_text(value: str, field: str) -> str:
-    """A string the OS will take as an argument or a variable: no NUL, no lone surrogate.
+    """A string the OS will take as an argument or a variable: no NUL (a lone surrogate never
+    gets this far: such a frame is no JSON-RPC message).
 
     Checked here so that the spawn cannot fail on it later (the reference's spawn fails with
     -32603 "nul byte found in provided data"; this names the field instead)."""
     if "\x00" in value:
         raise invalid_params(f"{field} must not contain a NUL byte")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise invalid_params(f"{field} is not valid Unicode: it holds a lone surrogate") from None
     return value
 
 

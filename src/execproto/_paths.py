@@ -9,9 +9,13 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, unquote, urlsplit
 
-from ._errors import RpcError, invalid_params, invalid_request
+from ._errors import RpcError, internal_error, invalid_params, invalid_request
 
 _LOCAL_HOSTS = ("", "localhost")
+# Linux's PATH_MAX, the terminating NUL included: no longer path names a file, so one is
+# refused before anything resolves it (resolving a megabyte of path held a worker for minutes).
+PATH_MAX = 4096
+TOO_LONG = "File name too long (os error 36)"
 # A Windows drive ("file:///C:/x") names nothing on this host.
 _DRIVE = re.compile(r"^/[A-Za-z]:")
 
@@ -21,7 +25,10 @@ class ForeignPath(Exception):
 
 
 def parse_uri(uri: str) -> str:
-    """The native path of ``uri``; `RpcError` for a non-URI, `ForeignPath` for another host."""
+    """The native path of ``uri``; `RpcError` for a non-URI or an overlong path, `ForeignPath`
+    for another host."""
+    if len(uri) > 3 * PATH_MAX + 64:  # more than any percent-encoding of a PATH_MAX path
+        raise internal_error(TOO_LONG)
     try:
         parts = urlsplit(uri)
     except ValueError as exc:  # e.g. an unbalanced "[" in the host
@@ -35,6 +42,8 @@ def parse_uri(uri: str) -> str:
         path = "/" + path  # "file:tmp" is the URL parser's "/tmp"
     if parts.netloc.lower() not in _LOCAL_HOSTS or _DRIVE.match(path) or "\x00" in path:
         raise ForeignPath(uri)
+    if len(path.encode("utf-8", "surrogatepass")) >= PATH_MAX:
+        raise internal_error(TOO_LONG)
     return path
 
 

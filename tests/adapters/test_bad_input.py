@@ -155,7 +155,7 @@ _UINT: list[tuple[Any, int, str]] = [
 _FS_B64 = "fs/writeFile requires valid base64 dataBase64: "
 _WS_HOST = "'file://elsewhere/tmp' is invalid on 'linux'"
 # Each kind's wrong values: (value, code, message). Strings are JSON-escaped on the way, so the
-# lone surrogate below reaches the server as "\ud800" and must come back the same way.
+# emoji below reaches the server as a surrogate pair and must come back the same way.
 WRONG: dict[str, list[tuple[Any, int, str]]] = {
     "text": _TEXT,
     "writeid": [*_TEXT, ("", P, "writeId must not be empty")],
@@ -167,7 +167,7 @@ WRONG: dict[str, list[tuple[Any, int, str]]] = {
     "bool": [
         ("x", P, 'invalid type: string "x", expected a boolean'),
         (0, P, "invalid type: number, expected a boolean"),
-        ("\ud800", P, 'invalid type: string "\ud800", expected a boolean'),
+        ("\U0001f600", P, 'invalid type: string "\U0001f600", expected a boolean'),
         ({}, P, "invalid type: map, expected a boolean"),
     ],
     "uint": _UINT,
@@ -511,11 +511,11 @@ def test_an_unknown_method_gets_32601_whatever_its_params(conn: Client) -> None:
 
 # -- 3. huge ids -----------------------------------------------------------------------------------
 
-ECHOED_IDS: list[Any] = [2**63 - 1, -(2**63), "x" * 10_000, "", "\ud800", 0, -1]
+ECHOED_IDS: list[Any] = [2**63 - 1, -(2**63), "x" * 10_000, "", "\U0001f600", 0, -1]
 
 
 @pytest.mark.parametrize("msg_id", ECHOED_IDS, ids=["i64max", "i64min", "str10000", "empty",
-                                                    "lone-surrogate", "zero", "minus-one"])
+                                                    "surrogate-pair", "zero", "minus-one"])
 def test_an_id_within_the_rules_is_echoed_exactly(conn: Client, msg_id: Any) -> None:
     assert call(conn, "environment/info", {}, msg_id)["result"]["platformOs"] == "linux"
     wanted = 'invalid type: string "x", expected unit'

@@ -284,14 +284,14 @@ def test_bad_id_on_a_response_shaped_message_is_a_parse_error_not_a_close(h: Har
 
 @pytest.mark.parametrize(
     "msg_id",
-    ["abc", "", "42", "ünïcode ✓", "\ud800", 0, -5, 1, 2**63 - 1, -(2**63)],
+    ["abc", "", "42", "ünïcode ✓", "\U0001f600", 0, -5, 1, 2**63 - 1, -(2**63)],
     ids=repr,
 )
 def test_string_and_integer_ids_are_echoed_as_given(h: Harness, msg_id: str | int) -> None:
     frame = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": "environment/info"})
     action = h.send(1, frame)[0]
     assert isinstance(action, Send)
-    action.data.decode("ascii")  # everything we send is ASCII JSON, even a lone surrogate
+    action.data.decode("ascii")  # everything we send is ASCII JSON, even an emoji
     reply = json.loads(action.data)
     assert reply["id"] == msg_id and type(reply["id"]) is type(msg_id)
     assert reply["result"] == {}

@@ -388,7 +388,7 @@ def test_handle_ids_up_to_32_bytes_are_accepted(h: Harness, handle_id: str) -> N
     open_handle(h, handle_id)
 
 
-@pytest.mark.parametrize("handle_id", ["x" * 33, "é" * 17, "✓" * 11, "\ud800" * 11])
+@pytest.mark.parametrize("handle_id", ["x" * 33, "é" * 17, "✓" * 11, "\U0001f600" * 9])
 def test_handle_ids_over_32_bytes_are_refused(h: Harness, handle_id: str) -> None:
     params = {"handleId": handle_id, "path": "file:///tmp/f"}
     assert refused(h, "fs/open", params) == (INVALID_REQUEST, HANDLE_ID_TOO_LONG)

@@ -13,13 +13,11 @@ from .harness import CWD, Harness
 OS_REFUSED = [
     ({"argv": ["echo", "a\x00b"]}, "argv[1] must not contain a NUL byte"),
     ({"argv": ["ec\x00ho"]}, "argv[0] must not contain a NUL byte"),
-    ({"argv": ["echo", "\ud800"]}, "argv[1] is not valid Unicode: it holds a lone surrogate"),
     ({"arg0": "x\x00"}, "arg0 must not contain a NUL byte"),
     ({"env": {"A": "x\x00y"}}, "env `A` must not contain a NUL byte"),
     ({"env": {"A\x00": "x"}}, "env name `A\x00` must not contain a NUL byte"),
     ({"env": {"A=B": "x"}}, "env name `A=B` must be non-empty and without `=`"),
     ({"env": {"": "x"}}, "env name `` must be non-empty and without `=`"),
-    ({"env": {"A": "\udcff"}}, "env `A` is not valid Unicode: it holds a lone surrogate"),
     ({"envPolicy": {"inherit": "none", "ignoreDefaultExcludes": False, "exclude": [],
                     "set": {"B": "\x00"}, "includeOnly": []}},
      "envPolicy.set `B` must not contain a NUL byte"),

@@ -202,7 +202,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         for read in list(c.reads.values()):
             self._cancel_read(read)
         self._drop_ops(c)
-        self._drop_watch(c)
+        self._connection_watches_closed(c)
         session = c.session
         if session is not None:
             session.conn = None

@@ -1,6 +1,8 @@
 """``fs/watchMissing``: one watch per connection, told once with ``fs/missingChanged``.
 
-The adapter checks the paths and watches them (`WatchMissing`, answered like an fs call); the core
+Watch ids only grow: a call whose ``watchId`` is not above every id the connection sent before is
+stale (a reordered request, say) and is answered ``watching: false`` without touching the current
+watch, as the reference does (measured). The adapter checks the paths and watches them (`WatchMissing`, answered like an fs call); the core
 decides which watch is current and where its one notification goes. Every call replaces the
 connection's watch (``missing: []`` is how a client unwatches), a watch ends when it fires, and
 closing the connection ends it too, so a notification never reaches a closed connection or a
@@ -25,11 +27,17 @@ class WatchHandlers(ServiceHandlers):
         super().__init__(*args, **kwargs)
         self._watch_of: dict[int, tuple[int, int]] = {}  # conn -> (watch, client's watchId)
         self._next_watch = 1
+        self._last_id: dict[int, int] = {}  # conn -> the highest watchId it sent
 
     def _watch_missing(
         self, c: Connection, session: Session, msg_id: Id, params: dict[str, Any]
     ) -> None:
         _fs_params.watch_limit(params)
+        last = self._last_id.get(c.conn)
+        if last is not None and params["watchId"] <= last:
+            self._respond(c.conn, msg_id, {"watching": False})
+            return
+        self._last_id[c.conn] = params["watchId"]
         self._drop_watch(c)
         if not params["missing"]:
             self._respond(c.conn, msg_id, {"watching": False})
@@ -55,6 +63,10 @@ class WatchHandlers(ServiceHandlers):
                 self._emit(Send(conn=conn, data=notification))
                 return
         # Otherwise it was replaced or its connection closed while the adapter had it queued.
+
+    def _connection_watches_closed(self, c: Connection) -> None:
+        self._drop_watch(c)
+        self._last_id.pop(c.conn, None)
 
     def _drop_watch(self, c: Connection) -> None:
         """End the connection's watch, if it has one."""

@@ -152,7 +152,14 @@ class Driver:
             while self._queue:
                 actions = self.core.handle(self._queue.popleft(), self.loop.now())
                 for action in actions:
-                    self._run[type(action)](action)
+                    try:
+                        self._run[type(action)](action)
+                    except Exception as exc:  # a bug, or the OS saying no: never a dead server
+                        log.exception("carrying out %s failed", type(action).__name__)
+                        try:
+                            self._failed(action, exc)
+                        except Exception:
+                            log.exception("and answering for it failed too")
         finally:
             self._busy = False
         self._schedule_tick()
@@ -161,6 +168,22 @@ class Driver:
             self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
         if self.on_idle is not None and self.core.idle:
             self.on_idle()
+
+    def _failed(self, action: Action, exc: Exception) -> None:
+        """An action could not be carried out: give the core the answer its request is owed,
+        so no id stays taken and no client waits forever. Actions nobody waits on (a signal,
+        a pause, stdin) are only logged; the process's own events still come."""
+        why = f"{type(exc).__name__}: {exc}"
+        if isinstance(action, Spawn) and action.proc not in self._children:
+            self.feed(SpawnFailed(proc=action.proc, error=why))
+        elif isinstance(action, Spawn):  # spawned, but not watched: it must not run unseen
+            self._children[action.proc].signal_group("KILL")
+        elif isinstance(action, RunFs):
+            self.feed(FsCompleted(op=action.op, error=RpcError(-32603, f"failed: {why}")))
+        elif isinstance(action, RunHttp) and self._http.pop(action.op, None) is not None:
+            self.feed(HttpFinished(op=action.op, error=why))
+        elif isinstance(action, (Send, CloseConnection)) and action.conn in self.peers:
+            self.peers[action.conn].close(1011, "internal error")
 
     def _trim(self) -> None:
         """Output buffers come from the heap (see `_posix.keep_buffers_in_heap`); the memory

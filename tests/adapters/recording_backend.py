@@ -24,6 +24,8 @@ class RecordingBackend:
     def prepare(self, request: SpawnSpec) -> ExecSpec:
         if request.argv[0] == "refuse-me":
             raise Refused("refuse-me cannot be enforced by this backend")
+        if request.argv[0] == "crash-me":  # a bug in a backend, not a refusal
+            raise RuntimeError("prepare crashed")
         token = f"token-{request.process_id}"
         self._record(call="prepare", token=token)
         return ExecSpec(argv=request.argv, env=request.env, cwd=request.cwd, token=token)

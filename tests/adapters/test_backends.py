@@ -72,6 +72,17 @@ def test_a_refusal_is_invalid_params_and_nothing_runs(recorded: tuple[Client, Pa
     assert calls(record) == []  # no prepare succeeded, so no finalize is owed
 
 
+def test_a_prepare_that_crashes_fails_the_start_and_the_server_serves_on(
+        recorded: tuple[Client, Path]) -> None:
+    client, record = recorded
+    reply = start(client, "crash", ["crash-me"])
+    assert reply["error"]["code"] == -32603, reply  # type: ignore[index]
+    assert "RuntimeError: prepare crashed" in reply["error"]["message"]  # type: ignore[index]
+    assert calls(record) == []  # no prepare succeeded, so no finalize is owed
+    start(client, "crash", ["true"])  # the id is free again, and spawns still work
+    assert client.events_until_closed("crash")
+
+
 def test_a_finalize_that_raises_is_the_process_failure(recorded: tuple[Client, Path]) -> None:
     client, record = recorded
     start(client, "explode", ["true"])

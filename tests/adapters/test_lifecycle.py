@@ -67,7 +67,10 @@ def test_terminate_stops_a_group_whose_grandchild_holds_the_pipes(client: Client
     events = client.events_until_closed("t", timeout=10)
     assert time.monotonic() - began < 3
     assert [n for n in events if n["method"] == "process/exited"][0]["params"]["exitCode"] == 143
-    assert not alive(grandchild)
+    # `closed` means the grandchild's pipes reached EOF. A dying process closes its files
+    # before it becomes a zombie, so on a busy machine it may still be on its way out (state R)
+    # when `closed` arrives: about 7% of kills under load. It is gone a moment later.
+    assert settled(lambda: not alive(grandchild))
     assert client.result("process/terminate", {"processId": "t"}) == {"running": False}
 
 

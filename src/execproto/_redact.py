@@ -5,6 +5,12 @@ events with filler in place of the payloads give the same actions with filler in
 place a payload appears is rewritten the same way: ``OutputReceived.data`` and
 ``WriteStdin.data`` directly, and inside JSON frames every ``"chunk"`` string (output
 notifications, read results, ``process/write`` params) that is valid base64.
+
+The trace's header carries the server's environment, which a process with an env policy may
+inherit: the values of names like ``*KEY*``, ``*SECRET*`` and ``*TOKEN*`` (the default
+excludes) are filler too, and so are those values wherever a `Spawn` inherited them. Replay
+feeds the filler environment to the fresh core, which then spawns with the same filler: the
+core copies values and never looks inside them.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from typing import Any
 
 import attrs
 
-from ._actions import Send, WriteStdin
+from ._actions import Send, Spawn, WriteStdin
+from ._config import Host
+from ._env import DEFAULT_EXCLUDES, _matches
 from ._events import MessageReceived, OutputReceived
 
 FILLER = b"x"
@@ -59,3 +67,29 @@ def redact(value: Any) -> Any:
     if isinstance(value, Send):
         return attrs.evolve(value, data=redact_bytes(value.data))
     return value
+
+
+class Redactor:
+    """`redact` for one server: also the secrets of its environment, in the header and in the
+    environments of the processes that inherited them."""
+
+    def __init__(self, host: Host) -> None:
+        self._secrets = {name: value for name, value in host.env.items()
+                         if _matches(name, DEFAULT_EXCLUDES)}
+        hidden = {name: _hidden(value) for name, value in self._secrets.items()}
+        # What the header records: the same names in the same order, the secrets as filler.
+        self.host = attrs.evolve(host, env={name: hidden.get(name, value)
+                                            for name, value in host.env.items()})
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, Spawn) and self._secrets:
+            # Only a value the server's environment gave: a client's own --env came in a frame,
+            # which the trace keeps as it is, and replay must find the same value again.
+            env = tuple((name, _hidden(text) if self._secrets.get(name) == text else text)
+                        for name, text in value.spec.env)
+            return attrs.evolve(value, spec=attrs.evolve(value.spec, env=env))
+        return redact(value)
+
+
+def _hidden(text: str) -> str:
+    return FILLER.decode() * len(text)

@@ -6,8 +6,9 @@ the call raised `LocalProtocolError`. Events and actions are written as their at
 ``"$type"`` naming the class; bytes are ``{"$bytes": base64}``. Because the core is deterministic,
 replaying the events at the recorded times must give the recorded actions, step for step.
 
-A recorder made with ``redact=True`` writes process output and stdin as filler of the same
-length (see `_redact`); the header says so, and the trace still replays.
+A recorder made with ``redact=True`` writes process output, stdin and the server's secret
+variables as filler of the same length (see `_redact`); the header says so, and the trace
+still replays.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from . import _actions, _events, _policy
 from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError
 from ._events import Event
-from ._redact import redact as _redact
+from ._redact import Redactor
 from ._server import ServerCore
 
 FORMAT = "execproto-trace"
@@ -80,7 +81,7 @@ def _header(config: Config, host: Host, redacted: bool) -> dict[str, Any]:
         "host": attrs.asdict(host),
     }
     if redacted:
-        header["redacted"] = ["process output", "stdin"]
+        header["redacted"] = ["process output", "stdin", "secret variables"]
     return header
 
 
@@ -98,8 +99,9 @@ class Recorder:
     ) -> None:
         self.core = core
         self._sink = sink
-        self._shown: Callable[[Any], Any] = _redact if redact else _same
-        sink(_dumps(_header(core.config, core.host, redact)))
+        redactor = Redactor(core.host) if redact else None
+        self._shown: Callable[[Any], Any] = redactor or _same
+        sink(_dumps(_header(core.config, redactor.host if redactor else core.host, redact)))
 
     def handle(self, event: Event, now: float) -> list[_actions.Action]:
         if type(event) not in _events.EVENT_TYPES:

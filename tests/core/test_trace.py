@@ -516,7 +516,7 @@ def test_a_redacted_trace_holds_no_payload_and_still_replays() -> None:
         for form in (secret, secret * 5):
             assert b64(form) not in text and form.decode() not in text
     assert b64(b"x" * len(SECRET_IN)) in text  # same length, so replies and drops agree
-    assert json.loads(h.lines[0])["redacted"] == ["process output", "stdin"]
+    assert json.loads(h.lines[0])["redacted"] == ["process output", "stdin", "secret variables"]
     assert replay(h.lines).ok
     # What the live core did is untouched: the real bytes went to the process and the client.
     assert WriteStdin(proc=1, data=SECRET_IN) in h.actions

@@ -56,15 +56,23 @@ class WebSocket:
         self._closed = False
 
     @classmethod
-    async def connect(cls, url: str, *, token: str | None = None) -> WebSocket:
+    async def connect(cls, url: str, *, token: str | None = None,
+                      connect_timeout: float | None = None,
+                      handshake_timeout: float | None = None) -> WebSocket:
+        """Open the connection (within ``connect_timeout`` seconds, TLS included) and upgrade
+        it (within ``handshake_timeout``); a timeout raises `ConnectionError` saying which."""
         host, port, target, tls = parse_url(url)
         stream: anyio.abc.ByteStream
-        if tls:
-            stream = await anyio.connect_tcp(
-                host, port, ssl_context=ssl.create_default_context(), tls_standard_compatible=False
-            )
-        else:
-            stream = await anyio.connect_tcp(host, port)
+        with anyio.move_on_after(connect_timeout) as connecting:
+            if tls:
+                stream = await anyio.connect_tcp(
+                    host, port, ssl_context=ssl.create_default_context(),
+                    tls_standard_compatible=False,
+                )
+            else:
+                stream = await anyio.connect_tcp(host, port)
+        if connecting.cancelled_caught:
+            raise ConnectionError(f"no connection in {connect_timeout:g} s")
         try:
             ws = WSConnection(ConnectionType.CLIENT)
             headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
@@ -72,7 +80,11 @@ class WebSocket:
             await stream.send(ws.send(Request(host=authority, target=target,
                                               extra_headers=headers)))
             self = cls(stream, ws)
-            await self._await_accept()
+            with anyio.move_on_after(handshake_timeout) as upgrading:
+                await self._await_accept()
+            if upgrading.cancelled_caught:
+                raise ConnectionError(f"connected, but no websocket handshake in "
+                                      f"{handshake_timeout:g} s (is it an exec-server?)")
         except BaseException:
             await anyio.aclose_forcefully(stream)
             raise

@@ -1,25 +1,72 @@
-"""The ``execproto`` command: ``serve`` a server, ``exec`` a command on one, ``replay`` a trace."""
+"""The ``execproto`` command: ``serve`` a server, ``exec`` a command on one, ``replay`` a trace.
+
+A mistake of the user's (a flag, a file, a port) is one line on stderr and exit status 2,
+raised as `UsageError`; a traceback means a bug, and is shown with ``--log-level debug``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
+import os
 import sys
+from collections.abc import Iterable, Iterator
+from importlib import metadata
 from pathlib import Path
+from typing import IO, NoReturn
 
 from execproto import Config, replay
 
-from . import _exec, backends
+from . import _exec, _logs, backends
+from ._errors import UsageError, leaves
 from ._listen import Listen, ListenError
 from .backends import Backend
 
 # --adapter name -> module (relative to this package) with a `run(listen, **options)`.
 ADAPTERS = {"asyncio": ".asyncio", "trio": ".trio", "threads": ".threaded"}
+USAGE = 2  # the exit status of a usage or configuration error, as argparse's own
+BUG = 1
+
+# Why a listener could not be bound, and what to do about it.
+LISTEN_ERRORS = {
+    errno.EADDRINUSE: "the port is in use (is another server running? pick another port, "
+                      "or port 0 for a free one)",
+    errno.EADDRNOTAVAIL: "no network interface of this machine has that address "
+                         "(give one of its own, or 127.0.0.1)",
+    errno.EACCES: "permission denied (ports below 1024 need privileges; pick a higher one)",
+}
+
+log = logging.getLogger("execproto")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line instead of argparse's usage block: what was wrong, and where to look.
+        self.exit(USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("execproto")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def add_logging(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--log-level", type=_logs.level_name, choices=_logs.LEVELS,
+                        default=default, metavar="LEVEL",
+                        help=f"debug, info, warning or error, in any case (default "
+                             f"{default.lower()}); debug also shows tracebacks")
+    parser.add_argument("--log-format", choices=_logs.FORMATS, default="text",
+                        help="text lines, or one JSON object per line for log shippers "
+                             "(default %(default)s)")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="execproto", description=__doc__)
+    parser = _Parser(prog="execproto", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"execproto {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run an exec-server")
@@ -42,80 +89,94 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--allow-network", action="store_true",
                        help="with --sandbox bwrap: let processes use the network")
     serve.add_argument("--backend", metavar="MODULE:FACTORY",
-                       help="a spawn backend of your own: FACTORY() returns it")
+                       help="a spawn backend of your own: FACTORY() returns it (MODULE may be "
+                            "a file in the current directory)")
     serve.add_argument("--fs-root", action="append", default=[], metavar="DIR",
                        help="confine every fs/* path to DIR (after resolving symlinks); repeatable")
     serve.add_argument("--ping-interval", type=float, default=30.0,
                        help="seconds between websocket pings (default %(default)s)")
     serve.add_argument("--trace", type=Path, help="record a replayable trace to this file")
     serve.add_argument("--trace-redact", action="store_true",
-                       help="with --trace: write process output and stdin as same-length filler")
-    serve.add_argument("--log-level", default="INFO")
+                       help="with --trace: write process output, stdin and the server's secret "
+                            "variables (*KEY*, *SECRET*, *TOKEN*) as same-length filler")
+    add_logging(serve, "INFO")
 
-    _exec.add_parser(commands)
+    add_logging(_exec.add_parser(commands), "WARNING")
 
     rerun = commands.add_parser("replay", help="replay a trace and report the first divergence")
     rerun.add_argument("trace", type=Path)
+    add_logging(rerun, "WARNING")
     return parser
 
 
-def _serve(args: argparse.Namespace) -> int:
+def read_token(path: Path) -> str:
+    """The bearer token in ``--auth-token-file``."""
+    try:
+        token = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--auth-token-file {path}: {_why(exc)}") from None
+    if not token:
+        raise UsageError(f"--auth-token-file {path} holds no token")
+    return token
+
+
+def _why(exc: BaseException) -> str:
+    """An OS error without the errno and path noise: 'No such file or directory'."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
+def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None]:
     try:
         where = Listen.parse(args.listen)
     except ListenError as exc:
-        print(f"execproto: {exc}", file=sys.stderr)
-        return 2
-    token = None
-    if args.auth_token_file is not None:
-        token = args.auth_token_file.read_text().strip()
-        if not token:
-            print(f"execproto: {args.auth_token_file} holds no token", file=sys.stderr)
-            return 2
+        raise UsageError(str(exc)) from None
+    token = None if args.auth_token_file is None else read_token(args.auth_token_file)
     if not where.loopback and token is None:
-        print(
-            f"execproto: refusing to listen on {args.listen} without --auth-token-file: "
-            "anyone who can reach it could run programs here",
-            file=sys.stderr,
-        )
-        return 2
-    for name in ("session_ttl", "kill_grace", "ping_interval"):
+        raise UsageError(f"refusing to listen on {args.listen} without --auth-token-file: "
+                         "anyone who can reach it could run programs here")
+    for name in ("session_ttl", "kill_grace", "ping_interval", "retention_bytes"):
         if getattr(args, name) <= 0:
-            print(f"execproto: --{name.replace('_', '-')} must be positive", file=sys.stderr)
-            return 2
+            raise UsageError(f"--{name.replace('_', '-')} must be positive")
     for root in args.fs_root:
         if not Path(root).is_dir():
-            print(f"execproto: --fs-root {root} is not a directory", file=sys.stderr)
-            return 2
+            raise UsageError(f"--fs-root {root} is not a directory")
     if args.trace_redact and args.trace is None:
-        print("execproto: --trace-redact needs --trace FILE", file=sys.stderr)
-        return 2
-    if args.retention_bytes <= 0:
-        print("execproto: --retention-bytes must be positive", file=sys.stderr)
-        return 2
+        raise UsageError("--trace-redact needs --trace FILE")
+    return where, token
+
+
+def _serve(args: argparse.Namespace) -> int:
+    where, token = _check_serve(args)
     try:
         backend = _backend(args)
+    except UsageError:
+        raise
     except Exception as exc:  # anything the backend says about why it cannot start
-        print(f"execproto: {exc}", file=sys.stderr)
-        return 2
+        log.debug("the backend could not be made", exc_info=True)
+        raise UsageError(str(exc)) from None
     config = Config(
         floor=getattr(backend, "floor", None),
         session_ttl=args.session_ttl,
         retention_bytes=args.retention_bytes,
         kill_grace=args.kill_grace,
     )
+    bound = False
 
     def ready(address: str) -> None:
+        nonlocal bound
+        bound = True
         if address != "stdio":
             print(address, flush=True)  # the one line on stdout: the bound address
-        logging.getLogger("execproto").info("listening on %s", address)
+        log.info("listening on %s", address)
 
     try:
         adapter = importlib.import_module(ADAPTERS[args.adapter], __package__)
     except ImportError as exc:
-        print(f"execproto: the {args.adapter} adapter needs {exc.name}: "
-              f"pip install 'execproto[{args.adapter}]'", file=sys.stderr)
-        return 2
-    trace_file = args.trace.open("w", buffering=1) if args.trace else None
+        raise UsageError(f"the {args.adapter} adapter needs {exc.name}: "
+                         f"pip install 'execproto[{args.adapter}]'") from None
+    trace_file = _open_trace(args.trace) if args.trace else None
     try:
         adapter.run(
             args.listen,
@@ -128,32 +189,89 @@ def _serve(args: argparse.Namespace) -> int:
             backend=backend,
             redact_trace=args.trace_redact,
         )
+    except BaseException as exc:
+        problem = None if bound or where.stdio else _listen_problem(exc)
+        if problem is None:
+            raise
+        log.debug("could not listen", exc_info=True)
+        raise UsageError(f"cannot listen on {args.listen}: {problem}") from None
     finally:
         if trace_file is not None:
             trace_file.close()
     return 0
 
 
-def _backend(args: argparse.Namespace) -> Backend | None:
-    if args.backend and args.sandbox != "none":
-        raise ValueError("--backend and --sandbox are alternatives: give one")
-    if args.backend:
-        return backends.load(args.backend)
-    if args.sandbox == "bwrap":
-        return backends.bwrap_sandbox(args.writable_root, allow_network=args.allow_network)
-    if args.writable_root or args.allow_network:
-        raise ValueError("--writable-root and --allow-network need --sandbox bwrap")
+def _open_trace(path: Path) -> IO[str]:
+    try:
+        return path.open("w", buffering=1)
+    except OSError as exc:
+        hint = " (the directory must exist)" if exc.errno == errno.ENOENT else ""
+        raise UsageError(f"--trace {path}: {_why(exc)}{hint}") from None
+
+
+def _listen_problem(exc: BaseException) -> str | None:
+    """What went wrong binding the listener, if that is what ``exc`` (or a group) is."""
+    for leaf in leaves(exc):
+        if isinstance(leaf, OSError) and leaf.errno in LISTEN_ERRORS:
+            return LISTEN_ERRORS[leaf.errno]
     return None
 
 
+def _backend(args: argparse.Namespace) -> Backend | None:
+    if args.backend and args.sandbox != "none":
+        raise UsageError("--backend and --sandbox are alternatives: give one")
+    if args.backend:
+        return _load_backend(args.backend)
+    if args.sandbox == "bwrap":
+        return backends.bwrap_sandbox(args.writable_root, allow_network=args.allow_network)
+    if args.writable_root or args.allow_network:
+        raise UsageError("--writable-root and --allow-network need --sandbox bwrap")
+    return None
+
+
+def _load_backend(spec: str) -> Backend:
+    # The installed `execproto` script does not put the current directory on sys.path, as
+    # `python -m` does; a backend module next to the operator is the common case. Appended, so
+    # a file here cannot shadow an installed module.
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.append(here)
+    try:
+        return backends.load(spec)
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"--backend {spec}: no module named {exc.name!r} (run from the "
+                         "directory that holds it, or add that directory to PYTHONPATH)") from None
+    except AttributeError as exc:
+        raise UsageError(f"--backend {spec}: {exc}") from None
+
+
 def _replay(args: argparse.Namespace) -> int:
-    with args.trace.open() as lines:
-        result = replay(lines)
+    line = 0
+
+    def counted(lines: Iterable[str]) -> Iterator[str]:
+        nonlocal line
+        for line, text in enumerate(lines, start=1):
+            yield text
+
+    try:
+        with args.trace.open() as lines:
+            result = replay(counted(lines))
+    except OSError as exc:
+        raise UsageError(f"{args.trace}: {_why(exc)}") from None
+    except StopIteration:
+        raise UsageError(f"{args.trace} is empty, not an execproto trace") from None
+    except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        log.debug("replay stopped", exc_info=True)
+        raise UsageError(f"{args.trace} is not an execproto trace (line {line}: "
+                         f"{type(exc).__name__}: {exc})") from None
     if result.ok:
         print(f"ok: {result.steps} steps replayed identically")
         return 0
     print(f"diverged at step {result.step}:\n  expected {result.expected}\n  actual   {result.actual}")
     return 1
+
+
+COMMANDS = {"serve": _serve, "exec": _exec.run, "replay": _replay}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,11 +284,20 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if command:
         args.argv = [*args.argv, *command]
-    logging.basicConfig(
-        stream=sys.stderr,
-        # `exec` shares stderr with the remote command's: only warnings of its own go there.
-        level=getattr(args, "log_level", "WARNING"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    commands = {"serve": _serve, "exec": _exec.run, "replay": _replay}
-    return commands[args.command](args)
+    # `exec` shares stderr with the remote command's: by default only warnings of its own.
+    _logs.set_up(args.log_level, args.log_format)
+    name = f"execproto {args.command}"
+    try:
+        return COMMANDS[args.command](args)
+    except UsageError as error:
+        print(f"{name}: {error}", file=sys.stderr)
+        return USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if args.log_level == "DEBUG":
+            log.exception("%s failed", name)
+        else:
+            print(f"{name}: internal error: {type(exc).__name__}: {exc} (a bug: please report "
+                  "it; --log-level debug shows the traceback)", file=sys.stderr)
+        return BUG

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -66,15 +66,33 @@ __all__ = [
 
 log = logging.getLogger("execproto.client")
 
+# How long to wait for a TCP connection, and then for the websocket upgrade and `initialize`.
+# A server that accepts but never answers (a wrong port, a stuck proxy) must not hang the client.
+CONNECT_TIMEOUT = 10.0
+HANDSHAKE_TIMEOUT = 10.0
+
 
 class Client:
     """A connection to an exec-server. Create it with `connect`."""
 
     def __init__(
-        self, url: str, *, token: str | None, client_name: str, resume_timeout: float, acks: bool
+        self,
+        url: str,
+        *,
+        token: str | None,
+        client_name: str,
+        resume_timeout: float,
+        acks: bool,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        on_connection: Callable[[str], None] | None = None,
     ) -> None:
         self.url = url
         self.resume_timeout = resume_timeout
+        self.connect_timeout = connect_timeout
+        self.handshake_timeout = handshake_timeout
+        # Told "lost" when a dropped connection starts a resume, "resumed" when it is back.
+        self._on_connection = on_connection or (lambda state: None)
         self._token = token
         self._core = ClientCore(uuid.uuid4().hex, client_name, acks=acks)
         self._ws: WebSocket | None = None
@@ -88,6 +106,11 @@ class Client:
     @property
     def session_id(self) -> str | None:
         return self._core.session_id
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session is live now (not connecting, not waiting to resume)."""
+        return self._ws is not None and self._core.state is ClientState.READY
 
     @property
     def environment_info(self) -> Any:
@@ -211,16 +234,22 @@ class Client:
 
     async def _open(self) -> None:
         """Connect and complete the handshake, or raise."""
-        ws = await WebSocket.connect(self.url, token=self._token)
+        ws = await WebSocket.connect(self.url, token=self._token,
+                                     connect_timeout=self.connect_timeout,
+                                     handshake_timeout=self.handshake_timeout)
         self._ws = ws
         self._core.connection_made()
         await self._flush()
-        while self._core.state is ClientState.HANDSHAKING:
-            message = await ws.receive()
-            if message is None:
-                break
-            self._dispatch(self._core.receive(message))
-            await self._flush()
+        with anyio.move_on_after(self.handshake_timeout) as waiting:
+            while self._core.state is ClientState.HANDSHAKING:
+                message = await ws.receive()
+                if message is None:
+                    break
+                self._dispatch(self._core.receive(message))
+                await self._flush()
+        if waiting.cancelled_caught:
+            self._handshake_error = (f"no answer to initialize in {self.handshake_timeout:g} s "
+                                     "(is it an exec-server?)")
         if self._core.state is not ClientState.READY:
             self._dispatch(self._core.connection_lost())
             self._ws = None
@@ -244,11 +273,13 @@ class Client:
             await ws.aclose()
             if self._closing:
                 return
+            self._on_connection("lost")
             try:
                 await self._reconnect()
+                self._on_connection("resumed")
             except TimeoutError:
                 self._break(ConnectionLost(
-                    f"the connection dropped and could not be resumed in {self.resume_timeout} s"
+                    f"the connection dropped and could not be resumed in {self.resume_timeout:g} s"
                 ))
                 return
             except ExecError as error:
@@ -330,16 +361,22 @@ async def connect(
     client_name: str = "execproto",
     resume_timeout: float = 25.0,
     acks: bool = True,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    on_connection: Callable[[str], None] | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to the exec-server at ``url`` (``ws://IP:PORT``) and start a session.
 
-    If the connection drops, the client reconnects and resumes the session for up to
-    ``resume_timeout`` seconds (keep it under the server's session TTL, 30 s by default);
-    calls wait meanwhile. ``acks`` turns on execproto's output acknowledgements when the
-    server has them, so not even output in flight is lost.
+    Connecting gives up after ``connect_timeout`` seconds, the websocket upgrade and the
+    ``initialize`` after ``handshake_timeout`` each. If the connection drops, the client
+    reconnects and resumes the session for up to ``resume_timeout`` seconds (keep it under the
+    server's session TTL, 30 s by default); calls wait meanwhile, and ``on_connection`` (if
+    given) is called with "lost" and then "resumed". ``acks`` turns on execproto's output
+    acknowledgements when the server has them, so not even output in flight is lost.
     """
     client = Client(url, token=token, client_name=client_name, resume_timeout=resume_timeout,
-                    acks=acks)
+                    acks=acks, connect_timeout=connect_timeout,
+                    handshake_timeout=handshake_timeout, on_connection=on_connection)
     await client._open()
     async with anyio.create_task_group() as group:
         group.start_soon(client._run)

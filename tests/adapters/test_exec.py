@@ -90,7 +90,7 @@ def test_a_missing_program_exits_127_with_a_message(server: Server) -> None:
 def test_an_unreachable_server_exits_255(server: Server) -> None:
     done = run("ws://127.0.0.1:1", "true")
     assert done.returncode == 255
-    assert done.stderr.startswith(b"execproto exec: ws://127.0.0.1:1:")
+    assert done.stderr == b"execproto exec: cannot reach the server at ws://127.0.0.1:1: Connection refused\n"
 
 
 def test_bad_arguments_exit_2(server: Server) -> None:

@@ -8,9 +8,11 @@ the peer) and ``hang_up`` (close the connection once what was queued is written)
 
 from __future__ import annotations
 
+import json
+import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from execproto import ConnectionClosed, ConnectionOpened, MessageReceived, SendBlocked, SendDrained
 
@@ -20,6 +22,13 @@ if TYPE_CHECKING:
     from ._driver import Driver
 
 Write = Callable[[Sequence[bytes]], None]
+
+log = logging.getLogger("execproto")
+
+# The log line for a connection names its session, which only the core's answer to
+# `initialize` says. So the first few messages are looked at for that request and, while it is
+# in flight, what is sent for its answer; after that nothing more is parsed.
+WATCHED_MESSAGES = 8
 
 # Send-buffer water marks shared by the adapters: above HIGH the session's processes stop being
 # read; below LOW they start again.
@@ -37,14 +46,22 @@ class Peer:
         self.hang_up = hang_up
         self.open = False
         self.closing = False
+        self.label = ""
+        self._watching = WATCHED_MESSAGES
+        self._greeting: tuple[Any, Any] | None = None  # initialize in flight: (id, resuming)
+        self._session: str | None = None
 
     def opened(self, label: str) -> None:
         self.open = True
+        self.label = label
+        log.debug("connection %d opened: %s", self.conn, label)
         self.driver.peers[self.conn] = self
         self.driver.feed(ConnectionOpened(conn=self.conn, session_id=str(uuid.uuid4()), label=label))
 
     def lost(self) -> None:
         if self.open:
+            log.debug("connection %d closed: %s, session %s", self.conn, self.label,
+                      self._session or "none")
             self.open = False
             self.driver.peers.pop(self.conn, None)
             self.driver.feed(ConnectionClosed(conn=self.conn))
@@ -62,7 +79,40 @@ class Peer:
         # A frame read in the same batch as one that got the connection closed comes after the
         # close: the core has forgotten the connection, and the frame is moot.
         if self.open:
+            if self._watching > 0:
+                self._watch_request(data)
             self.driver.feed(MessageReceived(conn=self.conn, data=data))
+
+    def _watch_request(self, data: bytes | str) -> None:
+        self._watching -= 1
+        message = _parsed(data)
+        if message.get("method") == "initialize":
+            params = message.get("params")
+            resuming = params.get("resumeSessionId") if isinstance(params, dict) else None
+            self._greeting = (message.get("id"), resuming)
+
+    def watch_reply(self, data: bytes) -> None:
+        """Log the answer to `initialize`: the connection's one line at INFO."""
+        assert self._greeting is not None
+        message = _parsed(data)
+        asked, resuming = self._greeting
+        if message.get("id") != asked or not ("result" in message or "error" in message):
+            return
+        self._greeting = None
+        result = message.get("result")
+        session = result.get("sessionId") if isinstance(result, dict) else None
+        if isinstance(session, str):
+            self._session = session
+            self._watching = 0
+            how = "resumed" if session == resuming else "new"
+            log.info("connection %d from %s: %s session %s", self.conn, self.label, how, session,
+                     extra={"fields": {"conn": self.conn, "peer": self.label,
+                                       "session": session, "resumed": how == "resumed"}})
+            return
+        error = message.get("error")
+        why = error.get("message") if isinstance(error, dict) else error
+        log.info("connection %d from %s: initialize refused: %s", self.conn, self.label, why,
+                 extra={"fields": {"conn": self.conn, "peer": self.label, "refused": why}})
 
     # -- what the driver asks of it -------------------------------------------------------------
 
@@ -83,6 +133,9 @@ class WsPeer(Peer):
     def received(self, data: bytes, label: str) -> None:
         """Bytes from the socket (b"" at EOF). ``label`` names the peer in messages."""
         got = self._socket.receive(data)
+        if got.refused is not None:
+            log.warning("connection from %s refused: %s", label, got.refused,
+                        extra={"fields": {"peer": label, "refused": got.refused}})
         if got.send:
             self.write((bytes(got.send),))
         if got.opened:
@@ -94,6 +147,8 @@ class WsPeer(Peer):
             self.hang_up()
 
     def send(self, data: bytes) -> None:
+        if self._greeting is not None:
+            self.watch_reply(data)
         if not self.closing:
             self.write((text_frame_header(len(data)), data))
 
@@ -130,6 +185,8 @@ class StdioPeer(Peer):
                 self.message(bytes(line))
 
     def send(self, data: bytes) -> None:
+        if self._greeting is not None:
+            self.watch_reply(data)
         if not self.closing:
             self.write((data, b"\n"))
 
@@ -137,3 +194,12 @@ class StdioPeer(Peer):
         self.closing = True
         self.hang_up()
 
+
+
+def _parsed(data: bytes | str) -> dict[str, Any]:
+    """A message as JSON, or {} when it is not an object (the core answers that, not us)."""
+    try:
+        message = json.loads(data)
+    except (ValueError, RecursionError):
+        return {}
+    return message if isinstance(message, dict) else {}

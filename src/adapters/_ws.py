@@ -47,6 +47,7 @@ class Received:
     opened: bool = False  # the upgrade was accepted: the connection is live
     messages: list[bytes | str] = attrs.field(factory=list)
     closed: bool = False  # the peer is done, or was refused: close once `send` is written
+    refused: str | None = None  # why the upgrade was refused (for the log), if it was
 
 
 def _response(status: int, reason: bytes, body: bytes) -> bytes:
@@ -113,20 +114,25 @@ class ServerSocket:
             self._http.receive_data(data)
             event = self._http.next_event()
         except h11.RemoteProtocolError:
-            return self._refuse(out, 400, b"Bad Request", b"malformed request\n")
+            return self._refuse(out, 400, b"Bad Request", b"malformed request\n", "bad request")
         if event is h11.NEED_DATA:
             if not data:
                 self.closed = out.closed = True
             return None
         if not isinstance(event, h11.Request):
-            return self._refuse(out, 400, b"Bad Request", b"malformed request\n")
+            return self._refuse(out, 400, b"Bad Request", b"malformed request\n", "bad request")
         headers = {name.lower(): value for name, value in event.headers}
         if event.target.split(b"?")[0] == b"/readyz":
             return self._refuse(out, 200, b"OK", b"ok\n")
         if b"origin" in headers:
-            return self._refuse(out, 403, b"Forbidden", b"browser origins are refused\n")
-        if self._token is not None and not self._authorized(headers.get(b"authorization", b"")):
-            return self._refuse(out, 401, b"Unauthorized", b"missing or wrong bearer token\n")
+            return self._refuse(out, 403, b"Forbidden", b"browser origins are refused\n",
+                                "a browser origin")
+        if self._token is not None:
+            header = headers.get(b"authorization")
+            if header is None or not self._authorized(header):
+                why = "no bearer token" if header is None else "wrong bearer token"
+                return self._refuse(out, 401, b"Unauthorized", b"missing or wrong bearer token\n",
+                                    why)
         self._http = None
         self._ws = WSConnection(ConnectionType.SERVER)
         buffered, self._buffered = bytes(self._buffered), bytearray()
@@ -139,8 +145,10 @@ class ServerSocket:
         # Constant time, so the answer's timing says nothing about how much of a guess was right.
         return hmac.compare_digest(header, expected)
 
-    def _refuse(self, out: Received, status: int, reason: bytes, body: bytes) -> None:
+    def _refuse(self, out: Received, status: int, reason: bytes, body: bytes,
+                why: str | None = None) -> None:
         out.send += _response(status, reason, body)
+        out.refused = why
         self.closed = out.closed = True
 
     # -- frames ---------------------------------------------------------------------------------

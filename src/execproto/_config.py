@@ -24,6 +24,10 @@ class Config:
     # refused, so one client cannot take every pid and descriptor from the others.
     max_session_processes: int = 256
     max_processes: int = 1024
+    # Output held for detached sessions, all of them together (each log is bounded by
+    # retention_bytes already): past it, every process of a detached session is paused until
+    # its client comes back or the total falls, so many abandoned sessions cannot fill memory.
+    max_held_bytes: int = 256 << 20
     # The operator's sandbox, the floor every client request is narrowed by (None: none).
     floor: Policy | None = None
     # The `sandboxType` a sandboxed process reports: the wire name of what enforces policies

@@ -190,6 +190,7 @@ class ProcessHandlers(CoreState):
         if process.held:  # its pipes must drain to EOF; nobody waits for that output now
             process.release()
             self._sync_paused(process)
+            self._sync_held()
         if process.phase is Phase.RUNNING:
             self._emit(Signal(proc=process.proc, signal="TERM"))
             self._set_timer(("kill", process.proc), self.config.kill_grace)
@@ -244,6 +245,11 @@ class ProcessHandlers(CoreState):
         conn = process.session.conn
         if conn is not None and data is not None:
             self._actions.append(Send(conn=conn, data=data))
+        if process.held and process.session.conn is None and data is not None:
+            below = self._held_bytes < self.config.max_held_bytes
+            self._held_bytes += len(event.data)
+            if below and self._held_bytes >= self.config.max_held_bytes:
+                self._sync_held()  # the cap is crossed: every detached process waits
         if process.held and not process.paused and process.log.full:
             self._sync_paused(process)
         if process.readers:
@@ -287,6 +293,8 @@ class ProcessHandlers(CoreState):
         )
         del self._procs[process.proc]
         self._finalized[process.proc] = process
+        if process.held and process.session.conn is None:
+            self._sync_held()
         self._timers.cancel(("kill", process.proc))
         self._timers.cancel(("abandon", process.proc))
         self._set_timer(("evict", process), self.config.closed_ttl)
@@ -369,7 +377,8 @@ class ProcessHandlers(CoreState):
             return
         conn = process.session.conn
         blocked = conn is not None and self._conns[conn].blocked
-        paused = blocked or (process.held and process.log.full)
+        over_cap = conn is None and process.held and self._held_bytes >= self.config.max_held_bytes
+        paused = blocked or (process.held and process.log.full) or over_cap
         if process.paused != paused:
             process.paused = paused
             action = PauseOutput if paused else ResumeOutput
@@ -377,6 +386,14 @@ class ProcessHandlers(CoreState):
 
     def _sync_session(self, session: Session) -> None:
         for process in session.processes.values():
+            self._sync_paused(process)
+
+    def _sync_held(self) -> None:
+        """Count the output held for detached sessions afresh, and pause or resume their
+        processes by it (after a session comes or goes, or a process stops holding)."""
+        detached = [p for p in self._procs.values() if p.held and p.session.conn is None]
+        self._held_bytes = sum(p.log.retained_bytes for p in detached)
+        for process in detached:
             self._sync_paused(process)
 
 

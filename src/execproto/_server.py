@@ -212,6 +212,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
                 if process.proc in self._procs and not process.terminating:
                     process.hold()
             self._sync_session(session)
+            self._sync_held()
             self._set_timer(("expire", session.session_id), self.config.session_ttl)
         del self._conns[event.conn]
 
@@ -299,6 +300,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
                     process.hold()
         # The connection may have filled up on early error answers: then the output must wait.
         self._sync_session(session)
+        self._sync_held()  # its held output no longer counts against the detached total
         result: dict[str, Any] = {
             "sessionId": session.session_id,
             "environmentInfo": self.host.environment_info,

@@ -32,6 +32,10 @@ class CoreState:
         self._procs: dict[int, Process] = {}
         # Finalized (closed) processes still readable, by handle, until their eviction.
         self._finalized: dict[int, Process] = {}
+        # Bytes held in the logs of live processes whose session is detached (see
+        # Config.max_held_bytes); counted up as output arrives, counted afresh when a session
+        # or process changes state.
+        self._held_bytes = 0
         self._next_proc = 1
         self._next_op = 1
         self._next_token = 1

@@ -42,6 +42,10 @@ log = logging.getLogger("execproto")
 
 
 class _Parser(argparse.ArgumentParser):
+    # The subcommands' parsers, by name: a flag no subcommand knows is reported by the one it
+    # was given to, whose --help lists the flags it does take.
+    commands: dict[str, argparse.ArgumentParser] = {}
+
     def error(self, message: str) -> NoReturn:
         # One line instead of argparse's usage block: what was wrong, and where to look.
         self.exit(USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
@@ -64,8 +68,9 @@ def add_logging(parser: argparse.ArgumentParser, default: str) -> None:
                              "(default %(default)s)")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> _Parser:
     parser = _Parser(prog="execproto", description=__doc__.split("\n\n")[0])
+    parser.commands = {}
     parser.add_argument("--version", action="version", version=f"execproto {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -106,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     rerun = commands.add_parser("replay", help="replay a trace and report the first divergence")
     rerun.add_argument("trace", type=Path)
     add_logging(rerun, "WARNING")
+    parser.commands = dict(commands.choices)
     return parser
 
 
@@ -281,7 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["exec"] and "--" in argv:
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     if command:
         args.argv = [*args.argv, *command]
     # `exec` shares stderr with the remote command's: by default only warnings of its own.

@@ -108,6 +108,8 @@ class Driver:
         self.files = files or Files()
         self.backend: Backend = backend or LocalBackend()
         self._tokens: dict[int, Any] = {}  # proc -> the backend's token, until its finalize
+        # proc -> [processId, argv[0], start time, output bytes]: for the exit's log line.
+        self._runs: dict[int, list[Any]] = {}
         self._queue: deque[Event] = deque()
         self._busy = False
         self._children: dict[int, _posix.Child] = {}
@@ -245,6 +247,12 @@ class Driver:
         try:
             child = _posix.spawn(spec, prepared.pass_fds)
         except _posix.SpawnError as exc:
+            if prepared.argv[0] != action.spec.argv[0] and os.path.isdir(prepared.cwd):
+                # The backend's own command (docker, ssh) is missing: a server problem, not the
+                # client's program, so not the client's spawnNotFound either.
+                error = f"the backend's command {prepared.argv[0]}: {exc}"
+                self.feed(SpawnFailed(proc=action.proc, error=error))
+                return
             self.feed(SpawnFailed(proc=action.proc, error=str(exc), kind=exc.kind))
             return
         except OSError as exc:  # out of descriptors, memory...
@@ -254,6 +262,14 @@ class Driver:
             for fd in prepared.pass_fds:
                 _posix.close_quietly(fd)
         self._children[action.proc] = child
+        request = action.spec
+        sandbox = "none" if request.sandbox is None else self.backend.sandbox_type
+        log.info("process %s started: pid %d, %s, cwd %s, sandbox %s", request.process_id,
+                 child.pid, request.argv[0], request.cwd, sandbox,
+                 extra={"fields": {"process": request.process_id, "session": request.session_id,
+                                   "pid": child.pid, "program": request.argv[0],
+                                   "cwd": request.cwd, "sandbox": sandbox}})
+        self._runs[action.proc] = [request.process_id, request.argv[0], self.loop.now(), 0]
         self.feed(ProcessSpawned(proc=action.proc, pid=child.pid))
         self.loop.watch_read(child.pidfd, lambda: self._on_exit(action.proc))
         for stream in child.outputs:
@@ -281,6 +297,9 @@ class Driver:
                 log.warning("reading %s of process %d: %s", stream, proc, exc)
             data = b""
         if data:
+            run = self._runs.get(proc)
+            if run is not None:
+                run[3] += len(data)
             self.feed(OutputReceived(proc=proc, stream=stream, data=data))
             return True
         self.loop.unwatch_read(fd)
@@ -366,6 +385,15 @@ class Driver:
             self._flush_stdin(action.proc)
 
     def _finalize(self, action: Finalize) -> None:
+        run = self._runs.pop(action.proc, None)
+        if run is not None:
+            process_id, program, began, size = run
+            took = self.loop.now() - began
+            log.info("process %s exited: code %s, %.1f s, %d bytes of output, %s", process_id,
+                     action.exit_code, took, size, program,
+                     extra={"fields": {"process": process_id, "code": action.exit_code,
+                                       "seconds": round(took, 3), "bytes": size,
+                                       "timed_out": action.timed_out}})
         child = self._children.pop(action.proc, None)
         if child is not None:
             self._release(action.proc, child)

@@ -1,0 +1,90 @@
+"""What an operator reads at INFO: a line per connection, refused login, process start and exit;
+as JSON objects with ``--log-format json``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .conftest import Server, start
+from .wsclient import Client
+
+EXEC = [sys.executable, "-m", "execproto.adapters", "exec"]
+
+
+def records(log: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.splitlines()]
+
+
+def resumed(server: Server, session: str) -> Client:
+    """A new connection resuming ``session``, once the server has seen the old one close."""
+    deadline = time.monotonic() + 10
+    while True:
+        client = server.client(handshake=False, headers=[("Authorization", "Bearer right")])
+        if "result" in client.handshake(resume=session):
+            return client
+        client.close()
+        assert time.monotonic() < deadline, "the session never came free"
+        time.sleep(0.05)
+
+
+def test_connections_logins_and_processes_are_logged(adapter: str, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("right\n")
+    wrong = tmp_path / "wrong"
+    wrong.write_text("wrong\n")
+    server = Server(adapter, "--log-format", "json", "--auth-token-file", str(token))
+    try:
+        done = subprocess.run([*EXEC, server.url, "--auth-token-file", str(token), "--cwd", "/tmp",
+                               "--", "sh", "-c", "printf 12345; exit 3"], capture_output=True)
+        assert (done.returncode, done.stdout) == (3, b"12345")
+        refused = subprocess.run([*EXEC, server.url, "--auth-token-file", str(wrong), "--",
+                                  "true"], capture_output=True)
+        assert refused.returncode == 255
+        first = server.client(headers=[("Authorization", "Bearer right")])
+        session = first.session_id
+        first.close()
+        again = resumed(server, session)
+        start(again, "p", ["true"])
+        again.events_until_closed("p")
+        again.close()
+    finally:
+        log = server.stop()
+    lines = records(log)
+    assert all(line["level"] in ("info", "warning") for line in lines), log
+    connections = [line for line in lines if "session" in line and "resumed" in line]
+    assert [line["resumed"] for line in connections] == [False, False, True], log
+    assert connections[2]["session"] == session
+    # A resume refused while the old connection is still attached says so, at INFO.
+    assert all("already attached" in line["refused"] for line in lines
+               if "initialize refused" in line["message"])
+    assert all(line["peer"].startswith("websocket 127.0.0.1:") for line in connections)
+    [login] = [line for line in lines if line["level"] == "warning"]
+    assert login["level"] == "warning" and login["refused"] == "wrong bearer token"
+    started = [line for line in lines if "pid" in line]
+    assert [(s["program"], s["cwd"], s["sandbox"]) for s in started] == [
+        ("sh", "/tmp", "none"), ("true", "/tmp", "none")]
+    exited = [line for line in lines if "code" in line]
+    assert [(e["code"], e["bytes"]) for e in exited] == [(3, 5), (0, 0)], log
+    assert [e["process"] for e in exited] == [s["process"] for s in started]
+    assert "right" not in log  # the token itself never
+
+
+def test_text_lines_by_default_and_nothing_below_the_level(tmp_path: Path) -> None:
+    server = Server("asyncio", "--log-level", "warning")
+    try:
+        assert subprocess.run([*EXEC, server.url, "--", "true"]).returncode == 0
+    finally:
+        log = server.stop()
+    assert log == ""
+    server = Server("asyncio", "--log-level", "info")
+    try:
+        assert subprocess.run([*EXEC, server.url, "--", "true"]).returncode == 0
+    finally:
+        log = server.stop()
+    assert " INFO execproto: process " in log and " started: pid " in log, log
+    assert "exited: code 0" in log, log

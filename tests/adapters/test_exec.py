@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import termios
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -166,3 +170,87 @@ def test_it_works_against_the_reference() -> None:
         assert (done.stdout, done.returncode) == (b"hello", 0)
     finally:
         reference.stop()
+
+
+def test_a_backends_missing_command_is_the_servers_problem(tmp_path: Path) -> None:
+    (tmp_path / "dockerish.py").write_text(
+        "from execproto.adapters.backends import ExecSpec\n"
+        "class Missing:\n"
+        "    sandbox_type = 'none'\n"
+        "    def prepare(self, request):\n"
+        "        return ExecSpec(argv=('no-such-docker', *request.argv), env=request.env,\n"
+        "                        cwd=request.cwd)\n"
+        "    def finalize(self, token, status, exit_code, timed_out):\n"
+        "        pass\n"
+        "def make():\n"
+        "    return Missing()\n")
+    backed = Server("asyncio", "--backend", "dockerish:make", env={"PYTHONPATH": str(tmp_path)})
+    try:
+        done = run(backed.url, "true")
+    finally:
+        backed.stop()
+    assert done.returncode == 255
+    assert done.stderr == (b"execproto exec: the server could not start true: the backend's "
+                           b"command no-such-docker: No such file or directory (os error 2)\n")
+
+
+def test_a_server_that_dies_mid_command_is_one_line_and_255() -> None:
+    doomed = Server("asyncio")
+    proc = subprocess.Popen([*EXEC, doomed.url, "--resume-timeout", "2", "--", "sh", "-c",
+                             "echo ready; sleep 60"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    doomed.stop(signal.SIGKILL)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 255
+    assert err.decode().splitlines() == [
+        f"execproto exec: lost the connection to {doomed.url}; reconnecting (for up to 2 s, "
+        "Ctrl-C gives up)",
+        f"execproto exec: {doomed.url}: the connection dropped and could not be resumed in 2 s",
+    ]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ends_the_wait_to_resume(signum: int) -> None:
+    doomed = Server("asyncio")
+    proc = subprocess.Popen([*EXEC, doomed.url, "--", "sh", "-c", "echo ready; sleep 60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    assert proc.stderr is not None
+    doomed.stop(signal.SIGKILL)
+    assert proc.stderr.readline().startswith(b"execproto exec: lost the connection")
+    proc.send_signal(signum)
+    assert proc.wait(10) == 128 + signum  # not the 25 s of the resume window
+    assert b"while reconnecting: giving up" in proc.stderr.read()
+
+
+def test_a_silent_peer_can_be_interrupted_while_connecting() -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = "ws://127.0.0.1:%d" % silent.getsockname()[1]
+        proc = subprocess.Popen([*EXEC, url, "--", "true"], stderr=subprocess.PIPE)
+        silent.settimeout(30)
+        accepted, _ = silent.accept()  # it is connected, and waits for the handshake
+        with accepted:
+            time.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(5) == 128 + signal.SIGTERM  # well before the 10 s timeout
+
+
+def test_tty_takes_the_local_terminal_size_and_term(server: Server) -> None:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+    try:
+        proc = subprocess.Popen(
+            [*EXEC, server.url, "--tty", "--", "sh", "-c", 'stty size; echo "$TERM"'],
+            stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "TERM": "xterm-test"},
+        )
+        out, err = proc.communicate(timeout=30)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == 0, err
+    assert out == b"33 101\r\nxterm-test\r\n"

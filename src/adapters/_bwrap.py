@@ -23,14 +23,15 @@ test_sandbox_attacks.py tries to break each point):
 from __future__ import annotations
 
 import errno
-import glob
-import itertools
 import os
 import stat
 import subprocess
+from collections import Counter
 
 from execproto import Policy, SpawnSpec
-from execproto._policy import PathRule
+from execproto._policy import PathRule, deepest
+
+from . import _glob
 
 # The wrappers' whole environment: nothing a client chose.
 WRAPPER_ENV = (("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),)
@@ -38,19 +39,22 @@ WRAPPER_ENV = (("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),)
 # Host places that hold unix sockets: empty and read-only unless the policy grants a write
 # there. (/dev is always the sandbox's own, /dev/shm with it.)
 PRIVATE = ("/tmp", "/run", "/var/run")
-# Always the sandbox's own: rules beneath these are not mounted.
-OWN = ("/proc", "/dev", "/sys")
-# Deny patterns are expanded at each spawn; one that matches more is refused, not truncated.
-MAX_GLOB = 4096
+# Always the sandbox's own, fresh in each: rules beneath these are not mounted.
+OWN = ("/proc", "/dev")
 # Kernel knobs in a fresh /proc that would change the host, kept read-only.
 PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+
+
+# Its own user namespace (root inside is root outside, but keyrings and per-user limits are
+# its own, and inherited mounts are locked), no nested ones, and everything else its own too.
+NAMESPACES = ("--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc",
+              "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--cap-drop", "ALL")
 
 
 def problem(bwrap: str) -> str | None:
     """Why bubblewrap cannot sandbox here, or None when it can (namespaces included)."""
     probe = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
-             "--cap-drop", "ALL", "--", "true"]
+             *NAMESPACES, "--unshare-net", "--", "true"]
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30,
                               env=dict(WRAPPER_ENV))
@@ -65,13 +69,9 @@ def _beneath(path: str, tops: tuple[str, ...]) -> bool:
     return any(top == "/" or path == top or path.startswith(top + "/") for top in tops)
 
 
-def _parent(policy: Policy, path: str) -> PathRule:
+def _parent(index: dict[str, PathRule], path: str) -> PathRule:
     """The rule nearest above ``path``, not counting a rule for ``path`` itself."""
-    parent = policy.rules[0]
-    for other in policy.rules:
-        if other.path != path and _beneath(path, (other.path,)):
-            parent = other
-    return parent
+    return deepest(index, os.path.dirname(path)) if path != "/" else index["/"]
 
 
 class CannotEnforce(Exception):
@@ -82,17 +82,21 @@ class Sandbox:
     """The bwrap command for one spawn.
 
     Holds the descriptors it passes (`close` them after the spawn, whether or not it
-    succeeded) and lists in ``created`` the directories bwrap will make on the host as mount
-    points (placeholders), for the backend to remove once no sandbox uses them.
+    succeeded). ``placeholders`` are the empty directories sandboxes made on the host as
+    mount points and still use, with how many use each (the backend's, shared by every
+    sandbox); ``uses`` lists those this one makes or mounts on, deepest first, for the
+    backend to count down at its finalize.
     """
 
-    def __init__(self, bwrap: str, floor: Policy | None) -> None:
+    def __init__(self, bwrap: str, floor: Policy | None, placeholders: Counter[str]) -> None:
         self._bwrap = bwrap
         self._floor = floor
+        self._placeholders = placeholders
         self._options: list[str] = []
         self._missing: set[str] = set()
+        self._pinned: set[str] = set()
         self.fds: list[int] = []
-        self.created: list[str] = []
+        self.uses: list[str] = []
 
     def command(self, policy: Policy, spec: SpawnSpec, program: str) -> list[str]:
         try:
@@ -135,9 +139,10 @@ class Sandbox:
                 self._missing.add(real)
             rules.append(PathRule(path=real, access=rule.access))
         for pattern in policy.deny_globs:
-            matches = list(itertools.islice(glob.iglob(pattern, recursive=True), MAX_GLOB + 1))
-            if len(matches) > MAX_GLOB:
-                raise CannotEnforce(f"the deny pattern {pattern} matches over {MAX_GLOB} paths")
+            try:
+                matches = _glob.expand(pattern)
+            except _glob.TooBroad as exc:
+                raise CannotEnforce(f"the deny pattern {pattern}: {exc}") from None
             rules += [PathRule(path=os.path.realpath(m), access="none") for m in matches]
         return Policy.of(rules, policy.network).narrow(self._floor)
 
@@ -152,29 +157,57 @@ class Sandbox:
                         and not os.path.islink(p))
         for place in private:
             self._options += ["--tmpfs", place]
+        index = policy.index()
         for rule in policy.rules[1:]:
-            parent = _parent(policy, rule.path)
+            parent = _parent(index, rule.path)
             if _beneath(rule.path, OWN):
                 continue
             if rule.path in self._missing:
                 if parent.access == "write":
+                    self._pin_between(parent.path, rule.path)
                     self._placeholder(rule.path)
                 continue  # else nothing there to hide, and nothing can be made there
             if rule.access == "read" and _beneath(rule.path, private) and parent.access != "write":
                 continue  # a read-only view of the host's there would show its sockets again
+            if rule.access != "write" and parent.access == "write":
+                self._pin_between(parent.path, rule.path)
             self._bind(rule.access, rule.path)
+        self._count_uses([rule.path for rule in policy.rules])
         for place in private:  # read-only once the mount points beneath are made
             self._options += ["--remount-ro", place]
+
+    def _pin_between(self, top: str, path: str) -> None:
+        """Bind every directory strictly between a writable ``top`` and a protected ``path``
+        onto itself, read-write as it was: a mount point cannot be renamed (EBUSY), so the
+        command cannot move the protected path out from under its cover by renaming a parent
+        (`mv conf conf2` would leave `conf2/secret.env` readable to the next command)."""
+        between = []
+        here = os.path.dirname(path)
+        while here != top and _beneath(here, (top,)) and here != "/":
+            between.append(here)
+            here = os.path.dirname(here)
+        for directory in reversed(between):
+            if directory not in self._pinned and os.path.isdir(directory):
+                self._pinned.add(directory)
+                self._bind("write", directory)
 
     def _placeholder(self, path: str) -> None:
         """An empty read-only directory where a protected path is missing, so that the sandbox
         cannot create it (a `.codex` or `.git` planted in a writable root would be trusted by
-        the next command). bwrap makes the mount point on the host; note what it makes."""
+        the next command). bwrap makes the mount point, and any missing parent, on the host."""
         missing = path
         while not os.path.lexists(missing):
-            self.created.append(missing)
+            self._placeholders[missing] += 0  # known from now on; counted in _count_uses
             missing = os.path.dirname(missing)
         self._options += ["--tmpfs", path, "--remount-ro", path]
+
+    def _count_uses(self, paths: list[str]) -> None:
+        """Every placeholder this sandbox mounts on or beneath is in use until its finalize,
+        whichever sandbox made it: removing it under another one's mount would detach that
+        mount and uncover what it protects."""
+        used = {place for place in self._placeholders
+                if any(_beneath(path, (place,)) for path in paths)}
+        self.uses = sorted(used, key=lambda place: (-place.count("/"), place))
 
     def _bind(self, access: str, path: str) -> None:
         if access == "none":
@@ -204,8 +237,7 @@ class Sandbox:
         return fd
 
     def _namespaces(self, policy: Policy) -> None:
-        self._options += ["--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                          "--unshare-cgroup-try", "--die-with-parent", "--cap-drop", "ALL"]
+        self._options += NAMESPACES
         if not policy.network:
             self._options.append("--unshare-net")
 

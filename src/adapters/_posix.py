@@ -123,6 +123,26 @@ class Child:
         self.stdin = None
 
 
+def remove_empty_directory(path: str) -> None:
+    """rmdir ``path`` if it is an empty directory, reached without following any symlink (a
+    sandboxed command may have swapped a parent for a link to elsewhere); quietly otherwise."""
+    parts = [part for part in path.split("/") if part]
+    if not parts:
+        return
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            step = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=fd)
+            os.close(fd)
+            fd = step
+        os.rmdir(parts[-1], dir_fd=fd)  # rmdir never follows a symlink at the end
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def close_quietly(fd: int) -> None:
     try:
         os.close(fd)

@@ -25,7 +25,7 @@ import attrs
 from execproto import Policy, SpawnSpec
 from execproto._policy import PathRule
 
-from . import _bwrap
+from . import _bwrap, _posix
 from ._posix import resolve_program
 
 
@@ -85,28 +85,25 @@ class LocalBackend:
         if self._bwrap is None:
             raise Refused(CANNOT_ENFORCE)
         program = resolve_program(request.argv[0], dict(request.env), request.cwd)
-        sandbox = _bwrap.Sandbox(self._bwrap, self.floor)
+        sandbox = _bwrap.Sandbox(self._bwrap, self.floor, self._placeholders)
         try:
             argv = sandbox.command(request.sandbox, request, program)
         except _bwrap.CannotEnforce as exc:
             raise Refused(f"{CANNOT_ENFORCE}: {exc}") from None
-        self._placeholders.update(sandbox.created)
+        self._placeholders.update(sandbox.uses)
         return ExecSpec(argv=tuple(argv), env=_bwrap.WRAPPER_ENV, cwd=request.cwd,
-                        pass_fds=tuple(sandbox.fds), token=tuple(sandbox.created))
+                        pass_fds=tuple(sandbox.fds), token=tuple(sandbox.uses))
 
     def finalize(self, token: Any, status: str, exit_code: int | None, timed_out: bool) -> None:
         # The sandbox is gone (its pid namespace died with it): remove the mount points it
-        # left on the host once no other sandbox still mounts on them. Deepest first; a
+        # used on the host once no other sandbox still mounts on them. Deepest first; a
         # directory someone has since put something in stays.
         for path in token or ():
             self._placeholders[path] -= 1
             if self._placeholders[path] > 0:
                 continue
             del self._placeholders[path]
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass
+            _posix.remove_empty_directory(path)
 
 
 def bwrap_sandbox(writable_roots: Sequence[str] = (), allow_network: bool = False) -> LocalBackend:

@@ -30,10 +30,6 @@ def normalize(path: str) -> str:
     return "/" if path == "//" else path
 
 
-def _contains(ancestor: str, path: str) -> bool:
-    return ancestor == "/" or path == ancestor or path.startswith(ancestor + "/")
-
-
 def _depth(path: str) -> int:
     return 0 if path == "/" else path.count("/")
 
@@ -81,11 +77,11 @@ class Policy:
 
     def rule_for(self, path: str) -> PathRule:
         """The deepest rule that governs ``path`` (a normalized absolute path)."""
-        found = self.rules[0]
-        for rule in self.rules:
-            if _contains(rule.path, path):
-                found = rule
-        return found
+        return deepest(self.index(), path)
+
+    def index(self) -> dict[str, PathRule]:
+        """The rules by path, for callers that look many paths up (see `deepest`)."""
+        return {rule.path: rule for rule in self.rules}
 
     def access(self, path: str) -> str:
         return self.rule_for(normalize(path)).access
@@ -101,8 +97,9 @@ class Policy:
         if other is None:
             return self
         rules = []
-        for path in {rule.path for rule in self.rules} | {rule.path for rule in other.rules}:
-            mine, theirs = self.rule_for(path), other.rule_for(path)
+        mine_by, theirs_by = self.index(), other.index()
+        for path in mine_by.keys() | theirs_by.keys():
+            mine, theirs = deepest(mine_by, path), deepest(theirs_by, path)
             access = min(mine.access, theirs.access, key=RANK.__getitem__)
             rules.append(PathRule(path=path, access=access))
         globs = self.deny_globs + tuple(g for g in other.deny_globs if g not in self.deny_globs)
@@ -111,6 +108,17 @@ class Policy:
 
     def writable_roots(self) -> tuple[str, ...]:
         return tuple(rule.path for rule in self.rules if rule.access == "write")
+
+
+def deepest(index: dict[str, PathRule], path: str) -> PathRule:
+    """The rule of ``index`` at ``path`` or its nearest ancestor: the cost is the path's
+    depth, not the number of rules (``index`` always holds `/`)."""
+    while path not in index:
+        parent = posixpath.dirname(path)
+        if parent == path:  # "" or a relative path: nothing above it but the root rule
+            return index["/"]
+        path = parent
+    return index[path]
 
 
 def narrow(floor: Policy | None, request: Policy | None) -> Policy | None:

@@ -39,6 +39,9 @@ from ._paths import ForeignPath, parse_uri
 from ._policy import PathRule, Policy
 
 CANNOT_ENFORCE = "sandbox intent cannot be enforced on this executor"
+# Every entry becomes a mount at each start: a request for thousands would tie the server up
+# setting them up (Codex sends fewer than ten).
+MAX_ENTRIES = 256
 
 # The system directories a program needs (the ``minimal`` special path).
 MINIMAL = ("/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -151,16 +154,23 @@ def _entry(raw: Any, uris: _Uris) -> _Entry:
         where = uris.path(path.text("path"), "permission path")
         target = _Entry(kind="path", path=where, access="")
     elif kind == "glob_pattern":
-        target = _Entry(kind="glob", path=path.text("pattern"), access="")
+        target = _Entry(kind="glob", path=_no_nul(path.text("pattern"), "pattern"), access="")
     else:
         special, name = _tagged(path.required("value", _any), "FileSystemSpecialPath", "kind",
                                 _KINDS)
         if name == "unknown":
             special.text("path")
-        target = _Entry(kind=name, path=special.opt_text("subpath") or "", access="")
+        subpath = _no_nul(special.opt_text("subpath") or "", "subpath")
+        target = _Entry(kind=name, path=subpath, access="")
     access = ACCESS[_variant(fields.required("access", _any), tuple(ACCESS))]
     fields.optional("missing_path_behavior", lambda v: _variant(v, _MISSING))
     return attrs.evolve(target, access=access)
+
+
+def _no_nul(value: str, field: str) -> str:
+    if "\x00" in value:
+        raise invalid_params(f"a sandbox {field} must not contain a NUL byte")
+    return value
 
 
 def _any(value: Any) -> Any:
@@ -174,6 +184,9 @@ def _file_system(raw: Any, uris: _Uris) -> tuple[bool, tuple[_Entry, ...]]:
     entries = fields.required("entries", _any)
     if not isinstance(entries, list):
         raise wrong_type(entries, "a sequence")
+    if len(entries) > MAX_ENTRIES:
+        raise invalid_params(f"a sandbox may have at most {MAX_ENTRIES} file system entries, "
+                             f"not {len(entries)}")
     depth = fields.optional("glob_scan_max_depth", _any)
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
         raise invalid_params(f"invalid value: integer `{depth}`, expected a nonzero usize")

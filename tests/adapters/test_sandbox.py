@@ -11,6 +11,7 @@ its effect on the host (a file, a hostname, a live process), not a flag inside t
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import signal
 import socket
@@ -484,3 +485,115 @@ def test_fs_calls_obey_the_operators_floor(floored: tuple[Server, Client],
     assert _write(client, link / "x", None)["error"] == erofs
     assert not outside.exists() and not (places["outside"] / "x").exists()
     assert _write(client, inside, None)["result"] == {}
+
+
+# -- found by attacking it: placeholders, renames, patterns ---------------------------------------
+
+
+def _open_dir(path: Path) -> Path:
+    """A directory anyone may write (so that only the sandbox stands in `nobody`'s way)."""
+    path.mkdir()
+    path.chmod(0o777)
+    return path
+
+
+def _start(client: Client, process_id: str, script: str, sandbox: object, cwd: Path) -> None:
+    reply = client.call("process/start", {
+        "processId": process_id, "argv": ["sh", "-c", script], "cwd": uri(cwd), "tty": False,
+        "env": {"PATH": "/usr/bin:/bin"}, "sandbox": sandbox})
+    assert "result" in reply, reply
+
+
+def test_a_placeholder_stays_while_any_sandbox_mounts_on_it(plain: tuple[Server, Client],
+                                                            places: dict[str, Path]) -> None:
+    """A makes the read-only placeholder for a missing .git; B, started meanwhile, finds it
+    there. A's end must not remove it from under B, or B could then create .git/hooks."""
+    _, client = plain
+    workspace = _open_dir(places["workspace"] / f"ws-{uuid.uuid4().hex[:8]}")
+    profile_ = workspace_write(str(workspace))
+    _start(client, "first", "sleep 0.5", profile_, workspace)
+    assert _eventually(lambda: (workspace / ".git").is_dir())
+    _start(client, "second", "sleep 1.5; mkdir .git/hooks; echo x > .git/hooks/pre-commit",
+           profile_, workspace)
+    client.events_until_closed("first")
+    client.events_until_closed("second")
+    assert not (workspace / ".git" / "hooks").exists()
+    assert _eventually(lambda: not (workspace / ".git").exists())  # and gone once unused
+
+
+def test_removing_a_placeholder_follows_no_symlink(floored: tuple[Server, Client],
+                                                   places: dict[str, Path]) -> None:
+    """The command swaps the placeholder's parent for a link to elsewhere: the removal at its
+    end must not reach through the link."""
+    _, client = floored
+    root = _open_dir(places["floor"] / f"ws-{uuid.uuid4().hex[:8]}")
+    _open_dir(root / "x")
+    victim = places["outside"] / ".git"
+    victim.mkdir(exist_ok=True)
+    sandbox = profile(str(root), [
+        {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"},
+        {"path": {"type": "special", "value": {"kind": "project_roots"}}, "access": "write"},
+        {"path": {"type": "special", "value": {"kind": "project_roots", "subpath": "x/.git"}},
+         "access": "read", "missing_path_behavior": "skip"}])
+    ran = run(client, f"mv x x.old; ln -s {places['outside']} x", sandbox, cwd=str(root))
+    assert ran.exit_code is not None, ran
+    time.sleep(0.3)  # the finalize runs just after the close
+    assert victim.is_dir(), "the server removed a directory through a symlink"
+
+
+def test_a_denied_file_cannot_be_uncovered_by_renaming_its_parent(
+        plain: tuple[Server, Client], places: dict[str, Path]) -> None:
+    _, client = plain
+    workspace = _open_dir(places["workspace"] / f"ws-{uuid.uuid4().hex[:8]}")
+    _open_dir(workspace / "conf")
+    secret = workspace / "conf" / "secret.env"
+    secret.write_text("API_KEY=hunter2\n")
+    sandbox = workspace_write(str(workspace))
+    sandbox["permissions"]["file_system"]["entries"].append(path_entry(str(secret), "none"))
+    moved = run(client, "mv conf conf2 || echo STUCK", sandbox, cwd=str(workspace))
+    assert "STUCK" in moved.stdout, moved
+    again = run(client, "cat conf2/secret.env conf/secret.env", sandbox, cwd=str(workspace))
+    assert "hunter2" not in again.stdout, again
+
+
+def test_deny_patterns_cover_dot_files_and_do_not_loop_on_symlinks(
+        plain: tuple[Server, Client], places: dict[str, Path]) -> None:
+    _, client = plain
+    workspace = _open_dir(places["workspace"] / f"ws-{uuid.uuid4().hex[:8]}")
+    _open_dir(workspace / "secrets")
+    (workspace / "secrets" / ".key").write_text("dotted\n")
+    (workspace / "a").symlink_to(".")  # `**` through links would never end
+    (workspace / "b").symlink_to(".")
+    sandbox = workspace_write(str(workspace))
+    sandbox["permissions"]["file_system"]["entries"] += [
+        {"path": {"type": "glob_pattern", "pattern": f"{workspace}/secrets/*"}, "access": "none"},
+        {"path": {"type": "glob_pattern", "pattern": f"{workspace}/**/zzz"}, "access": "none"}]
+    began = time.monotonic()
+    ran = run(client, "cat secrets/.key", sandbox, cwd=str(workspace))
+    assert time.monotonic() - began < 5, "setting the sandbox up took too long"
+    assert "dotted" not in ran.stdout, ran
+    too_broad = dict(sandbox)
+    too_broad["permissions"] = {**sandbox["permissions"], "file_system": {
+        "type": "restricted", "entries": [
+            {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"},
+            {"path": {"type": "glob_pattern", "pattern": "/**/zzz"}, "access": "none"}]}}
+    refused = run(client, "true", too_broad)
+    assert refused.reply["error"]["code"] == -32602, refused  # type: ignore[index]
+    assert "cannot be enforced" in refused.reply["error"]["message"], refused  # type: ignore[index]
+
+
+def test_user_keyrings_are_the_sandboxes_own(floored: tuple[Server, Client]) -> None:
+    _, client = floored
+    name = f"execproto-{uuid.uuid4().hex[:8]}"
+    probe = ("import ctypes\n"
+             "libc = ctypes.CDLL(None)\n"
+             f"libc.syscall(248, b'user', b'{name}', b'secret', 6, ctypes.c_int(-4))\n")
+    ran = run(client, f"python3 -c {_quote(probe)}", None)
+    assert ran.exit_code == 0, ran
+    # Searched for as the server's user: keyctl(KEYCTL_SEARCH, KEY_SPEC_USER_KEYRING, ...).
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = libc.syscall(250, 10, ctypes.c_int(-4), b"user", name.encode(), 0)
+    assert found == -1, "the sandbox wrote into the server user's keyring"
+    control = libc.syscall(248, b"user", name.encode(), b"x", 1, ctypes.c_int(-4))  # add_key
+    assert libc.syscall(250, 10, ctypes.c_int(-4), b"user", name.encode(), 0) == control
+    libc.syscall(250, 21, control)  # KEYCTL_INVALIDATE: leave nothing behind

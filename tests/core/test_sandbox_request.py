@@ -319,3 +319,21 @@ def test_an_fs_sandbox_naming_workspace_paths_needs_a_cwd() -> None:
     h, msg_id = fs_call(bad)
     assert h.response(1, msg_id)["error"] == {  # type: ignore[index]
         "code": -32600, "message": "invalid sandbox workspace root: 'file://host/x' is invalid on 'linux'"}
+
+
+def test_a_sandbox_of_too_many_entries_or_nul_bytes_is_refused() -> None:
+    many = changed(["permissions", "file_system", "entries"], [special("root", "read")] * 257)
+    assert error_for(many) == {
+        "code": -32602, "message": "a sandbox may have at most 256 file system entries, not 257"}
+    nul = changed(ENTRY, special("project_roots", "read", ".git\x00x"))
+    assert error_for(nul) == {"code": -32602, "message": "a sandbox subpath must not contain a NUL byte"}
+    glob = changed(ENTRY + ["path"], {"type": "glob_pattern", "pattern": "*\x00"})
+    assert error_for(glob) == {"code": -32602, "message": "a sandbox pattern must not contain a NUL byte"}
+
+
+def test_looking_rules_up_costs_the_depth_not_the_count() -> None:
+    rules = [PathRule(path=f"/w/d{i}", access="none") for i in range(5000)]
+    policy = Policy.of([PathRule(path="/", access="read"), *rules], False)
+    narrowed = policy.narrow(policy)  # quadratic before: minutes for this many
+    assert narrowed.access("/w/d4999/x") == "none" and narrowed.access("/w/e") == "read"
+    assert policy.access("relative/path") == "read"  # no loop on a path that is not absolute

@@ -1,0 +1,84 @@
+"""Deny patterns expanded into paths, within a budget, never through a symlink.
+
+A `glob_pattern` entry (``/w/**/*.env``, ``/w/secrets/*``) names no fixed path, so it is
+expanded when a sandbox is set up. The standard library's glob is no use here: it follows
+symlinks (a sandboxed command's `a -> .` makes `**` endless, and `/proc/*/root` loops back to
+`/`), it skips dot files (so `secrets/*` would not cover `secrets/.key`), and it has no budget.
+This walk follows no symlink, matches dot files, skips the kernel's own trees, and gives up
+past a fixed number of directory entries: a pattern it cannot expand in full is refused, since
+a deny that covers part of what it names would be a lie.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+
+# The kernel's own trees: a fresh /proc and /dev in every sandbox, and /sys is no place for
+# a workspace's secrets; walking them is slow and, for /proc, endless.
+SKIPPED = ("/proc", "/sys", "/dev")
+MAX_VISITS = 20_000  # directory entries looked at, for one pattern (on the owner thread)
+MAX_MATCHES = 4096
+
+
+class TooBroad(Exception):
+    """The pattern reaches more than the budget allows."""
+
+
+def expand(pattern: str) -> list[str]:
+    """The existing paths an absolute ``pattern`` matches (``**``: any number of directories)."""
+    parts = [part for part in pattern.split("/") if part and part != "."]
+    found: list[str] = []
+    visits = [0]
+    _walk("/", parts, found, visits)
+    return found
+
+
+def _walk(base: str, parts: list[str], found: list[str], visits: list[int]) -> None:
+    if not parts:
+        if len(found) >= MAX_MATCHES:
+            raise TooBroad(f"it matches over {MAX_MATCHES} paths")
+        found.append(base)
+        return
+    head, rest = parts[0], parts[1:]
+    if head == "**":
+        _walk(base, rest, found, visits)  # zero directories
+        for child in _children(base, visits):
+            if _is_dir(child):
+                _walk(child, parts, found, visits)  # one more, and perhaps others
+        return
+    if not any(char in head for char in "*?["):
+        child = os.path.join(base, head)
+        if os.path.lexists(child) and not _skipped(child) and (not rest or _is_dir(child)):
+            _walk(child, rest, found, visits)
+        return
+    for child in _children(base, visits):
+        if fnmatch.fnmatchcase(os.path.basename(child), head) and (not rest or _is_dir(child)):
+            _walk(child, rest, found, visits)
+
+
+def _children(directory: str, visits: list[int]) -> list[str]:
+    if _skipped(directory):
+        return []
+    try:
+        with os.scandir(directory) as listing:
+            names = [entry.path for entry in listing]
+    except OSError:
+        return []  # unreadable or gone: nothing of it can be matched
+    visits[0] += len(names)
+    if visits[0] > MAX_VISITS:
+        raise TooBroad(f"expanding it looks at over {MAX_VISITS} directory entries")
+    return sorted(names)
+
+
+def _is_dir(path: str) -> bool:
+    """A real directory: a symlink to one is not walked into."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _skipped(path: str) -> bool:
+    return any(path == top or path.startswith(top + "/") for top in SKIPPED)

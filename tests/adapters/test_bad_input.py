@@ -578,7 +578,10 @@ def test_moderate_nesting_is_read_and_checked_as_usual(conn: Client) -> None:
     # 100 levels, within any JSON parser's limit (serde_json's is 128).
     msg_id = next(_ids)
     deep = json.loads(nest(100))
-    assert "result" in call(conn, "environment/info", {"x": deep}, msg_id)
+    # A method of no params refuses any field, as the reference does, however deep.
+    refused = error(P, "invalid type: map, expected unit", msg_id)
+    assert call(conn, "environment/info", {"x": deep}, msg_id) == refused
+    assert "result" in call(conn, "process/terminate", {"processId": "ghost", "x": deep}, msg_id)
     wanted = "invalid type: sequence, expected a string"
     assert call(conn, "process/read", {"processId": deep}, msg_id) == error(P, wanted, msg_id)
     assert_serving(conn)
@@ -654,8 +657,8 @@ def test_unknown_fields_change_nothing(conn: Client) -> None:
     refuser.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{refuser.getsockname()[1]}/"
     here = uri(Path(__file__).resolve())
+    # (environment/info takes no params at all: a field there is refused, as the reference does.)
     calls: list[tuple[str, dict[str, Any]]] = [
-        ("environment/info", {}),
         ("process/read", {"processId": "ghost", "afterSeq": 0}),  # an error both times
         ("process/write", {"processId": "ghost", "chunk": "aGk=", "writeId": "w1"}),
         ("process/signal", {"processId": "ghost", "signal": "interrupt"}),

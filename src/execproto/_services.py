@@ -35,6 +35,10 @@ MAX_HANDLE_ID_BYTES = 32  # the reference's limit, counted in UTF-8 bytes
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
+NO_NETWORK = ("http/request is refused: the operator's sandbox allows no network "
+              "(the server runs with --sandbox and without --allow-network)")
+
+
 def _uri(fields: Fields, name: str) -> str:
     return path_from_uri(fields.text(name))
 
@@ -231,6 +235,11 @@ class ServiceHandlers(CoreState):
         self, c: Connection, session: Session, msg_id: Id, parsed: tuple[str, HttpRequest]
     ) -> None:
         request_id, request = parsed
+        # The call has no sandbox of its own (the reference's params carry none): the effective
+        # policy is the operator's floor. Without network there, the server's own sockets must
+        # not become the way out (the host's loopback included).
+        if self.config.floor is not None and not self.config.floor.network:
+            raise invalid_request(NO_NETWORK)
         if request.stream_response and request_id in c.http_streams:
             raise invalid_params(f"http/request requestId `{request_id}` is already streaming")
         op = self._take_op()

@@ -18,6 +18,8 @@ from execproto import (
     HttpRequest,
     HttpResponded,
     LocalProtocolError,
+    PathRule,
+    Policy,
     RpcError,
     RunFs,
     RunHttp,
@@ -838,3 +840,19 @@ def test_services_trace_replays(h: Harness) -> None:
     _, run = http(h, requestId="b")
     h.disconnect(1)
     h.assert_replays()
+
+
+def test_http_is_refused_when_the_operators_floor_has_no_network() -> None:
+    closed = Policy.of([PathRule(path="/", access="read")], network=False)
+    h = Harness(config=Config(floor=closed))
+    h.connect(1)
+    h.handshake()
+    assert h.call(1, "http/request", HTTP)["error"] == {
+        "code": -32600,
+        "message": "http/request is refused: the operator's sandbox allows no network "
+                   "(the server runs with --sandbox and without --allow-network)"}
+    assert not h.of_type(RunHttp)
+    opened = Harness(config=Config(floor=Policy.of([PathRule(path="/", access="read")], True)))
+    opened.connect(1)
+    opened.handshake()
+    http(opened)  # the operator allowed the network: the call runs

@@ -1,6 +1,7 @@
 """The blocking filesystem work behind the core's `RunFs`, shared by every adapter.
 
-Runs on a worker thread, never on the event loop. Errors carry the reference's codes: a missing
+Runs on a worker thread, never on the event loop. Every path is opened through `_beneath.Scope`,
+checked where it really leads; the operations then work on descriptors, never on paths again. Errors carry the reference's codes: a missing
 path is -32004, a refusal (not a regular file, a read denied, outside the roots) -32600, any
 other OS error -32603 with the OS's own words. Nothing here ever blocks on a FIFO: files are
 opened non-blocking and checked to be regular before a byte is read or written.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import errno
-import fnmatch
 import os
 import shutil
 import stat
@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from execproto import FsRequest, Policy, RpcError, uri_from_path
-from execproto._policy import RANK
 
 from . import _envconfig, _skills
+from ._beneath import Scope, resolved_policy
+from ._copy import copy_file, copy_tree
 from ._posix import os_error_text
 from ._walk import walk
 
@@ -40,59 +41,18 @@ def _os_error(exc: OSError) -> RpcError:
     return RpcError(-32603, os_error_text(exc))
 
 
-# What each method needs of which path under a sandbox. A recursive call also needs it of
-# everything beneath the path: no rule deeper down may grant less.
-_NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "fs/readFile": (("path", "read"),),
-    "fs/writeFile": (("path", "write"),),
-    "fs/createDirectory": (("path", "write"),),
-    "fs/getMetadata": (("path", "read"),),
-    "fs/canonicalize": (("path", "read"),),
-    "fs/readDirectory": (("path", "read"),),
-    "fs/remove": (("path", "write"),),
-    "fs/copy": (("source", "read"), ("destination", "write")),
-    "fs/walk": (("path", "read"),),
-    "fs/open": (("path", "read"),),
-    "fs/open replace": (("path", "write"),),
-    "fs/writeBlock": (),  # checked when its handle was opened for replacing
-}
-_DENIED = {
-    "read": RpcError(-32600, "Permission denied (os error 13)"),
-    "write": RpcError(-32603, "Read-only file system (os error 30)"),
-}
-
-
-def _granted(policy: Policy, real: str) -> str:
-    """The access ``policy`` grants a resolved path, deny patterns included."""
-    if any(fnmatch.fnmatchcase(real, pattern) for pattern in policy.deny_globs):
-        return "none"
-    return policy.access(real)
-
-
-def _within(policy: Policy, method: str, params: dict[str, Any]) -> None:
-    """Refuse the call as the sandbox would: EACCES for a denied read, EROFS for a write where
-    the policy grants none. Paths are checked as resolved through their symlinks."""
-    recursive = params.get("recursive", False)
-    if method == "fs/open" and params.get("mode") == "replace":
-        method = "fs/open replace"
-    for name, need in _NEEDS.get(method, ()):
-        real = os.path.realpath(params[name])
-        granted = _granted(policy, real)
-        if recursive:
-            deeper = [r.access for r in policy.rules if r.path.startswith(real.rstrip("/") + "/")]
-            granted = min([granted, *deeper], key=RANK.__getitem__)
-        if RANK[granted] < RANK[need]:
-            raise _DENIED[need]
-
-
 class Files:
-    """Runs fs requests; holds the open ``fs/open`` handles of every connection."""
+    """Runs fs requests; holds the open ``fs/open`` handles of every connection.
 
-    def __init__(self, roots: Sequence[str] = ()) -> None:
+    ``roots``: ``--fs-root``; ``floor``: the operator's sandbox, which the call's policy is
+    narrowed by again once its rules are resolved through symlinks (as for a process)."""
+
+    def __init__(self, roots: Sequence[str] = (), floor: Policy | None = None) -> None:
         self._roots = [os.path.realpath(root) for root in roots]
+        self._floor = floor
         self._lock = threading.Lock()
         self._handles: dict[tuple[int, str], tuple[int, str]] = {}  # (conn, id) -> (fd, path)
-        self._run: dict[str, Callable[[int, dict[str, Any]], Any]] = {
+        self._run: dict[str, Callable[[int, dict[str, Any], Scope], Any]] = {
             "fs/readFile": self._read_file,
             "fs/writeFile": self._write_file,
             "fs/createDirectory": self._create_directory,
@@ -101,23 +61,23 @@ class Files:
             "fs/readDirectory": self._read_directory,
             "fs/remove": self._remove,
             "fs/copy": self._copy,
+            "fs/walk": lambda conn, p, scope: walk(p["path"], p, scope),
             "fs/open": self._open,
             "fs/readBlock": self._read_block,
             "fs/writeBlock": self._write_block,
             "fs/close": self._close,
-            "environmentConfig/read": lambda conn, p: _envconfig.read(p),
-            "capabilities/discoverV2": lambda conn, p: _skills.discover_home(p),
-            "capabilityRoots/discoverV1": lambda conn, p: _skills.discover_roots(p, self._check),
+            "environmentConfig/read": lambda conn, p, scope: _envconfig.read(p),
+            "capabilities/discoverV2": lambda conn, p, scope: _skills.discover_home(p),
+            "capabilityRoots/discoverV1": lambda conn, p, scope: _skills.discover_roots(p, scope),
         }
 
     def run(self, conn: int, request: FsRequest) -> tuple[Any, RpcError | None]:
         """(result, None) or (None, error). Never raises for what the request did."""
         try:
-            if request.sandbox is not None:
-                _within(request.sandbox, request.method, request.params)
-            if request.method == "fs/walk":
-                return self._walk(request.params, request.sandbox), None
-            return self._run[request.method](conn, request.params), None
+            policy = request.sandbox
+            if policy is not None:
+                policy = resolved_policy(policy, self._floor)
+            return self._run[request.method](conn, request.params, Scope(self._roots, policy)), None
         except RpcError as error:
             return None, error
         except OSError as exc:
@@ -130,49 +90,10 @@ class Files:
         for fd in fds:
             os.close(fd)
 
-    # -- confinement ----------------------------------------------------------------------------
-
-    def _check(self, path: str, *, may_be_missing: bool = False) -> None:
-        """Refuse a path that resolves (through any symlink or "..") outside the roots."""
-        if not self._roots:
-            return
-        real = os.path.realpath(path)
-        if may_be_missing and not os.path.lexists(path):
-            real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-        if not self._inside(real):
-            raise _refused(f"path `{path}` is outside the allowed roots")
-
-    def _inside(self, real: str) -> bool:
-        return any(real == root or real.startswith(root.rstrip("/") + "/") for root in self._roots)
-
     # -- whole files ----------------------------------------------------------------------------
 
-    def _open_regular(self, path: str, flags: int) -> int:
-        # 0o666: a file created here gets what the umask leaves of rw for all, like any program's.
-        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise _refused(f"path `{path}` is not a file")
-        os.set_blocking(fd, True)
-        return fd
-
-    def _walk(self, p: dict[str, Any], policy: Policy | None) -> Any:
-        root = os.path.normpath(p["path"])
-        self._check(root)
-        if not self._roots and policy is None:
-            return walk(root, p)
-
-        def allowed(path: str) -> bool:
-            real = os.path.realpath(path)
-            if self._roots and not self._inside(real):
-                return False
-            return policy is None or _granted(policy, real) != "none"
-
-        return walk(root, p, allowed)
-
-    def _read_file(self, conn: int, p: dict[str, Any]) -> Any:
-        self._check(p["path"])
-        fd = self._open_regular(p["path"], os.O_RDONLY)
+    def _read_file(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
+        fd = _open_regular(scope, p["path"], os.O_RDONLY, "read")
         try:
             size = os.fstat(fd).st_size
             if size > MAX_READ_FILE:
@@ -190,9 +111,8 @@ class Files:
             os.close(fd)
         return {"dataBase64": base64.b64encode(b"".join(chunks)).decode("ascii")}
 
-    def _write_file(self, conn: int, p: dict[str, Any]) -> Any:
-        self._check(p["path"], may_be_missing=True)
-        fd = self._open_regular(p["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    def _write_file(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
+        fd = _open_regular(scope, p["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "write")
         try:
             view = memoryview(p["data"])
             while view:
@@ -203,95 +123,120 @@ class Files:
 
     # -- directories and metadata ---------------------------------------------------------------
 
-    def _create_directory(self, conn: int, p: dict[str, Any]) -> Any:
-        self._check(p["path"], may_be_missing=True)
+    def _create_directory(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
         if p["recursive"]:
-            os.makedirs(p["path"], exist_ok=True)
-            if not os.path.isdir(p["path"]):
-                raise OSError(errno.EEXIST, os.strerror(errno.EEXIST))
-        else:
-            os.mkdir(p["path"])
+            scope.makedirs(p["path"])
+            return {}
+        directory, name, _ = scope.parent(p["path"], "write")
+        try:
+            os.mkdir(name, 0o777, dir_fd=directory)
+        finally:
+            os.close(directory)
         return {}
 
-    def _get_metadata(self, conn: int, p: dict[str, Any]) -> Any:
-        self._check(p["path"])
-        link = os.lstat(p["path"])
-        info = os.stat(p["path"])
+    def _get_metadata(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
+        fd, where = scope.open(p["path"], os.O_PATH, "read")
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        # Resolved to its own path: no symlink was on it. Otherwise look at the name itself.
+        link = False
+        if not scope.confined or where != os.path.normpath(p["path"]):
+            directory, name, _ = scope.parent(p["path"], "read")
+            try:
+                link = stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+            finally:
+                os.close(directory)
         return {
             "isDirectory": stat.S_ISDIR(info.st_mode),
             "isFile": stat.S_ISREG(info.st_mode),
-            "isSymlink": stat.S_ISLNK(link.st_mode),
+            "isSymlink": link,
             "size": info.st_size,
             "createdAtMs": 0,  # Linux's stat has no birth time here; the reference says 0 too
             "modifiedAtMs": info.st_mtime_ns // 1_000_000,
         }
 
-    def _canonicalize(self, conn: int, p: dict[str, Any]) -> Any:
-        self._check(p["path"])
-        return {"path": uri_from_path(os.path.realpath(p["path"], strict=True))}
+    def _canonicalize(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
+        fd, where = scope.open(p["path"], os.O_PATH, "read")
+        os.close(fd)
+        if not scope.confined:
+            where = os.path.realpath(p["path"], strict=True)
+        return {"path": uri_from_path(where)}
 
-    def _read_directory(self, conn: int, p: dict[str, Any]) -> Any:
-        self._check(p["path"])
+    def _read_directory(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
+        fd, where = scope.open(p["path"], os.O_RDONLY | os.O_DIRECTORY, "read")
         entries = []
-        with os.scandir(p["path"]) as listing:
-            for entry in listing:
-                try:  # follow symlinks, as the reference does; a broken one is left out
-                    is_dir, is_file = entry.is_dir(), entry.is_file()
-                    if entry.is_symlink():
-                        os.stat(entry.path)
-                except OSError:
-                    continue
-                entries.append({"fileName": entry.name, "isDirectory": is_dir, "isFile": is_file})
+        try:
+            with os.scandir(fd) as listing:
+                for entry in listing:
+                    kind = _kind(scope, where, entry)
+                    if kind is None:
+                        continue  # a broken symlink, or one leading where the call may not look
+                    entries.append({"fileName": display_name(entry.name),
+                                    "isDirectory": stat.S_ISDIR(kind),
+                                    "isFile": stat.S_ISREG(kind)})
+        finally:
+            os.close(fd)
         return {"entries": entries}
 
-    def _remove(self, conn: int, p: dict[str, Any]) -> Any:
-        self._check(p["path"], may_be_missing=True)
-        path = p["path"]
-        if not os.path.lexists(path):
+    def _remove(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
+        try:
+            directory, name, _ = scope.parent(p["path"], "write", deep=p["recursive"])
+        except FileNotFoundError:
             if p["force"]:
                 return {}
-            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
-        if os.path.isdir(path) and not os.path.islink(path):
-            if p["recursive"]:
-                shutil.rmtree(path)
+            raise
+        try:
+            kind = os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode
+            if not stat.S_ISDIR(kind):
+                os.unlink(name, dir_fd=directory)  # a symlink itself, never what it points to
+            elif p["recursive"]:
+                shutil.rmtree(name, dir_fd=directory)  # by descriptors: no symlink is followed
             else:
-                os.rmdir(path)
-        else:
-            os.unlink(path)
+                os.rmdir(name, dir_fd=directory)
+        except FileNotFoundError:
+            if not p["force"]:
+                raise
+        finally:
+            os.close(directory)
         return {}
 
-    def _copy(self, conn: int, p: dict[str, Any]) -> Any:
+    def _copy(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
         source, destination = p["source"], p["destination"]
-        self._check(source)
-        self._check(destination, may_be_missing=True)
-        if os.path.isdir(source):
-            if not p["recursive"]:
+        fd, real = scope.open(source, os.O_RDONLY | os.O_NONBLOCK, "read", deep=p["recursive"])
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode) and not p["recursive"]:
                 raise _refused("fs/copy requires recursive: true when sourcePath is a directory")
-            real_source = os.path.realpath(source)
-            real_destination = os.path.realpath(destination)
-            if real_destination == real_source or real_destination.startswith(real_source + "/"):
-                raise _refused("fs/copy cannot copy a directory to itself or one of its descendants")
-            shutil.copytree(source, destination, symlinks=True, dirs_exist_ok=True)
-        else:
-            os.stat(source)  # a missing source is ENOENT, not a copy of nothing
-            shutil.copy2(source, destination)
+            directory, name, target = scope.parent(destination, "write", deep=p["recursive"])
+            try:
+                if stat.S_ISDIR(info.st_mode):
+                    if target == real or target.startswith(real.rstrip("/") + "/"):
+                        raise _refused(
+                            "fs/copy cannot copy a directory to itself or one of its descendants")
+                    copy_tree(scope, fd, real, directory, name, target)
+                else:
+                    copy_file(fd, info, directory, name, target, source)
+            finally:
+                os.close(directory)
+        finally:
+            os.close(fd)
         return {}
 
     # -- handles --------------------------------------------------------------------------------
 
-    def _open(self, conn: int, p: dict[str, Any]) -> Any:
+    def _open(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
         if p["mode"] == "replace":
             # Truncated (or created) at once, in place: same inode and mode, links followed.
-            self._check(p["path"], may_be_missing=True)
-            fd = self._open_regular(p["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            fd = _open_regular(scope, p["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "write")
         else:
-            self._check(p["path"])
-            fd = self._open_regular(p["path"], os.O_RDONLY)
+            fd = _open_regular(scope, p["path"], os.O_RDONLY, "read")
         with self._lock:
             self._handles[conn, p["handleId"]] = (fd, p["path"])
         return {"handleId": p["handleId"]}
 
-    def _read_block(self, conn: int, p: dict[str, Any]) -> Any:
+    def _read_block(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
         with self._lock:
             found = self._handles.get((conn, p["handleId"]))
         if found is None:
@@ -304,7 +249,7 @@ class Files:
             "eof": p["offset"] + len(data) >= size,
         }
 
-    def _write_block(self, conn: int, p: dict[str, Any]) -> Any:
+    def _write_block(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
         with self._lock:
             found = self._handles.get((conn, p["handleId"]))
         if found is None:
@@ -315,9 +260,40 @@ class Files:
             view, offset = view[written:], offset + written
         return {}
 
-    def _close(self, conn: int, p: dict[str, Any]) -> Any:
+    def _close(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
         with self._lock:
             found = self._handles.pop((conn, p["handleId"]), None)
         if found is not None:
             os.close(found[0])
         return {}
+
+
+def _open_regular(scope: Scope, path: str, flags: int, need: str) -> int:
+    # Non-blocking, so a FIFO is refused at once instead of waiting for its other end.
+    fd, _ = scope.open(path, flags | os.O_NONBLOCK, need)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _refused(f"path `{path}` is not a file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def display_name(name: str) -> str:
+    """A directory entry's name for fs/readDirectory: bytes that are not UTF-8 become U+FFFD,
+    as the reference makes them (a JSON string cannot carry them; fs/walk's URIs can)."""
+    return os.fsencode(name).decode("utf-8", "replace")
+
+
+def _kind(scope: Scope, where: str, entry: os.DirEntry[str]) -> int | None:
+    """The entry's file type, a symlink's taken from its target as the reference does, if the
+    call may look there; None for a broken symlink or one leading out."""
+    if not entry.is_symlink():
+        return entry.stat(follow_symlinks=False).st_mode
+    try:
+        fd, _ = scope.open(os.path.join(where, entry.name), os.O_PATH, "read")
+    except (OSError, RpcError):
+        return None
+    try:
+        return os.fstat(fd).st_mode
+    finally:
+        os.close(fd)

@@ -10,11 +10,13 @@ left out).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+import stat
+from collections.abc import Iterator
 from typing import Any
 
-from execproto import uri_from_path
+from execproto import RpcError, uri_from_path
 
+from ._beneath import Scope
 from ._envconfig import codex_home
 from ._posix import os_error_text
 
@@ -23,43 +25,51 @@ MAX_DEPTH = 8  # how deep below a root a SKILL.md is looked for: a bound on the 
 MAX_SKILL_BYTES = 1 << 20
 
 
-def _read(path: str) -> str:
-    with open(path, "rb") as file:
+def _read(path: str, scope: Scope = Scope()) -> str:
+    fd, _ = scope.open(path, os.O_RDONLY | os.O_NONBLOCK, "read")
+    with open(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a file")
         return file.read(MAX_SKILL_BYTES).decode("utf-8", "replace")
 
 
-def _found(root: str, depth: int = 0) -> Iterator[str]:
-    """Every SKILL.md under ``root``, as paths relative to it, unsorted."""
+def _found(scope: Scope, root: str, depth: int = 0) -> Iterator[str]:
+    """Every SKILL.md under ``root``, as paths relative to it, unsorted; directories opened
+    through ``scope``, so a symlink never leads the search out of it."""
     try:
-        listing = list(os.scandir(root))
-    except OSError:
+        fd, real = scope.open(root, os.O_RDONLY | os.O_DIRECTORY, "read")
+    except (OSError, RpcError):
         return
-    for entry in listing:
-        if entry.name == SKILL_FILE and entry.is_file():
-            yield entry.name
-        elif depth < MAX_DEPTH and entry.is_dir(follow_symlinks=False):
-            for inner in _found(entry.path, depth + 1):
-                yield os.path.join(entry.name, inner)
+    try:
+        with os.scandir(fd) as listing:
+            found = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
+    finally:
+        os.close(fd)
+    for name, is_dir in found:
+        if name == SKILL_FILE:
+            yield name
+        elif depth < MAX_DEPTH and is_dir:
+            for inner in _found(scope, os.path.join(real, name), depth + 1):
+                yield os.path.join(name, inner)
 
 
-def discover_roots(p: dict[str, Any], check: Callable[[str], None]) -> dict[str, Any]:
+def discover_roots(p: dict[str, Any], scope: Scope) -> dict[str, Any]:
     out = []
     for root in p["roots"]:
-        check(root["path"])
         answer: dict[str, Any] = {"id": root["id"], "path": uri_from_path(root["path"]),
                                   "plugin": None, "skills": [], "namespaceManifests": [],
                                   "warnings": [], "error": None}
         try:
-            os.stat(root["path"])
+            os.close(scope.open(root["path"], os.O_PATH, "read")[0])  # RpcError: out of scope
         except OSError as exc:
             answer["error"] = (f"failed to inspect capability root "
                                f"{answer['path']}: {os_error_text(exc)}")
         else:
-            for relative in sorted(_found(root["path"]), key=os.fsencode):
+            for relative in sorted(_found(scope, root["path"]), key=os.fsencode):
                 path = os.path.join(root["path"], relative)
                 try:
-                    contents = _read(path)
-                except OSError:
+                    contents = _read(path, scope)
+                except (OSError, RpcError):
                     continue
                 answer["skills"].append({"instructions": {"path": uri_from_path(path),
                                                           "contents": contents},

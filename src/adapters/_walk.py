@@ -15,32 +15,52 @@ from __future__ import annotations
 import os
 import stat
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
-from execproto import uri_from_path
+from execproto import RpcError, uri_from_path
 
+from ._beneath import Scope
 from ._posix import os_error_text
+
+_LISTED = os.O_RDONLY | os.O_DIRECTORY
 
 
 class _Budget(Exception):
     """A budget ran out while something was left: the walk stops, truncated."""
 
 
-def walk(
-    root: str, p: dict[str, Any], allowed: Callable[[str], bool] = lambda path: True
-) -> dict[str, Any]:
-    """Walk ``root`` (normalized, absolute). ``allowed`` says whether a path, as reached, may be
-    looked at: what a sandbox or ``--fs-root`` denies is not listed, descended or reported.
-    OSError about the root itself propagates; everything below becomes an entry of ``errors``."""
+def _child(scope: Scope, fd: int, real: str, entry: os.DirEntry[str]) -> tuple[os.stat_result, str]:
+    """The child's stat (through a symlink, to its target) and real path. A symlink is resolved
+    through the scope, so one leading where the call may not look raises `RpcError`."""
+    if not entry.is_symlink():
+        return entry.stat(follow_symlinks=False), os.path.join(real, entry.name)
+    target, where = scope.open(os.path.join(real, entry.name), os.O_PATH, "read")
+    try:
+        return os.fstat(target), where
+    finally:
+        os.close(target)
+
+
+def walk(root: str, p: dict[str, Any], scope: Scope) -> dict[str, Any]:
+    """Walk ``root`` within ``scope``: what it denies is not listed, descended or reported.
+    Each directory is opened through the scope at its real path, and its children looked at by
+    descriptor. OSError about the root itself propagates; everything below becomes an entry of
+    ``errors``."""
     entries: list[dict[str, str]] = []
     errors: list[dict[str, str]] = []
     empty = {"entries": entries, "errors": errors, "truncated": False}
-    info = os.stat(root)  # a missing root, or one behind a file, is the call's error
-    if not stat.S_ISDIR(info.st_mode) or (os.path.islink(root) and not p["follow"]):
+    fd, real = scope.open(root, os.O_PATH, "read")  # a missing root is the call's error
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISDIR(info.st_mode):
         return empty
+    if not p["follow"] and os.path.islink(root):
+        return empty
+    root = os.path.normpath(root)
     seen = {(info.st_dev, info.st_ino)}
-    queue: deque[tuple[str, int]] = deque([(root, 0)])
+    queue: deque[tuple[str, str, int]] = deque([(root, real, 0)])  # (as shown, real, depth)
     read = 0
     spent = 0
     try:
@@ -48,40 +68,48 @@ def walk(
             if read == p["maxDirectories"]:
                 raise _Budget
             read += 1
-            directory, depth = queue.popleft()
+            directory, real, depth = queue.popleft()
             try:
-                with os.scandir(os.fsencode(directory)) as listing:
-                    children = sorted(listing, key=lambda entry: entry.name)
-            except OSError as exc:
-                errors.append({"path": uri_from_path(directory), "message": os_error_text(exc)})
+                fd, _ = scope.open(real, _LISTED, "read")
+            except (OSError, RpcError) as exc:
+                message = os_error_text(exc) if isinstance(exc, OSError) else exc.message
+                errors.append({"path": uri_from_path(directory), "message": message})
                 continue
-            for child in children:
-                path = os.path.join(directory, os.fsdecode(child.name))
-                if not allowed(path):
-                    continue  # invisible: not listed, not an error, nothing spent
-                try:
-                    info = child.stat()  # follows a link: its target decides the kind
-                except FileNotFoundError:
-                    continue  # a broken link: nothing to list, nothing spent
-                except OSError as exc:
+            try:
+                with os.scandir(fd) as listing:
+                    children = sorted(listing, key=lambda entry: os.fsencode(entry.name))
+                for child in children:
+                    path = os.path.join(directory, child.name)
+                    if not child.is_symlink() and not scope.allows(
+                            os.path.join(real, child.name), "read"):
+                        continue  # invisible: not listed, not an error, nothing spent
+                    try:
+                        info, where = _child(scope, fd, real, child)
+                    except RpcError:
+                        continue  # a symlink leading where the call may not look: invisible
+                    except FileNotFoundError:
+                        continue  # a broken link: nothing to list, nothing spent
+                    except OSError as exc:
+                        if spent == p["maxEntries"]:
+                            raise _Budget from None
+                        spent += 1
+                        errors.append({"path": uri_from_path(path), "message": os_error_text(exc)})
+                        continue
                     if spent == p["maxEntries"]:
-                        raise _Budget from None
+                        raise _Budget
                     spent += 1
-                    errors.append({"path": uri_from_path(path), "message": os_error_text(exc)})
-                    continue
-                if spent == p["maxEntries"]:
-                    raise _Budget
-                spent += 1
-                link = child.is_symlink()
-                if stat.S_ISREG(info.st_mode) and not link:
-                    entries.append({"path": uri_from_path(path), "kind": "file"})
-                elif stat.S_ISDIR(info.st_mode) and (p["follow"] or not link):
-                    entries.append({"path": uri_from_path(path), "kind": "directory"})
-                    key = (info.st_dev, info.st_ino)
-                    hidden = p["pruneHidden"] and child.name.startswith(b".")
-                    if depth + 1 <= p["maxDepth"] and not hidden and key not in seen:
-                        seen.add(key)
-                        queue.append((path, depth + 1))
+                    link = child.is_symlink()
+                    if stat.S_ISREG(info.st_mode) and not link:
+                        entries.append({"path": uri_from_path(path), "kind": "file"})
+                    elif stat.S_ISDIR(info.st_mode) and (p["follow"] or not link):
+                        entries.append({"path": uri_from_path(path), "kind": "directory"})
+                        key = (info.st_dev, info.st_ino)
+                        hidden = p["pruneHidden"] and child.name.startswith(".")
+                        if depth + 1 <= p["maxDepth"] and not hidden and key not in seen:
+                            seen.add(key)
+                            queue.append((path, where, depth + 1))
+            finally:
+                os.close(fd)
     except _Budget:
         empty["truncated"] = True
     return empty

@@ -227,7 +227,7 @@ async def serve(
     where = Listen.parse(listen)
     loop = asyncio.get_running_loop()
     core, backend = make_core(config, trace, backend, redact_trace)
-    driver = Driver(core, _Loop(loop), Files(fs_roots), backend)
+    driver = Driver(core, _Loop(loop), Files(fs_roots, config.floor if config else None), backend)
     stop = stop if stop is not None else asyncio.Event()
     if where.stdio:
         out_transport, out_protocol = await loop.connect_write_pipe(_StdoutProtocol, sys.stdout)

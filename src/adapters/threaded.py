@@ -272,7 +272,7 @@ def serve(
     where = Listen.parse(listen)
     loop = _Loop()
     core, backend = make_core(config, trace, backend, redact_trace)
-    driver = Driver(core, loop, Files(fs_roots), backend)
+    driver = Driver(core, loop, Files(fs_roots, config.floor if config else None), backend)
     stop = stop if stop is not None else threading.Event()
     stopping = threading.Event()  # seen by the owner; set on the owner when `stop` fires
     def relay_stop() -> None:  # `stop` may be set from any thread; the owner must hear it

@@ -215,7 +215,7 @@ async def serve(
     accepting = trio.CancelScope()
     async with trio.open_nursery() as nursery:
         core, backend = make_core(config, trace, backend, redact_trace)
-        driver = Driver(core, _Loop(nursery), Files(fs_roots), backend)
+        driver = Driver(core, _Loop(nursery), Files(fs_roots, config.floor if config else None), backend)
 
         async def websocket(stream: trio.SocketStream) -> None:
             host, port = stream.socket.getpeername()[:2]

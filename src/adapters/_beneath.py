@@ -1,0 +1,291 @@
+"""Confinement of fs calls: a path is opened by descriptor exactly where it was checked.
+
+The server resolves every path itself: it reads each symlink on the way (`real`), checks the
+resulting path, free of symlinks and "..", against the roots and the policy, then opens that
+path refusing any symlink at all (openat2 with RESOLVE_NO_SYMLINKS, or a component-by-component
+O_NOFOLLOW walk where the kernel lacks it). If something was swapped for a symlink in between,
+the open fails with ELOOP and the whole resolution starts again, so what is opened is always
+what was checked; a path with no symlink and no ".." (the usual case) costs one check and one
+open. Operations then work relative to the descriptors they got, never by path again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fnmatch
+import os
+import posixpath
+import stat
+from collections.abc import Sequence
+
+from execproto import Policy, RpcError
+from execproto._policy import RANK, PathRule
+
+MAX_LINKS = 40  # as the kernel: more symlinks than this on one path is a loop (ELOOP)
+RETRIES = 8  # resolutions of one path raced by a swap before the call gives up with ELOOP
+_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+
+_DENIED = {
+    "read": RpcError(-32600, "Permission denied (os error 13)"),
+    "write": RpcError(-32603, "Read-only file system (os error 30)"),
+}
+
+
+def _error(code: int, path: str = "") -> OSError:
+    return OSError(code, os.strerror(code), path)
+
+
+# -- opening a symlink-free path ---------------------------------------------------------------
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
+_SYS_OPENAT2 = 437  # the same number on every Linux architecture (the unified syscall table)
+_AT_FDCWD = -100
+_RESOLVE_NO_SYMLINKS = 0x04  # also refuses magic links (/proc/self/fd/...)
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _openat2(path: str, flags: int, mode: int) -> int:
+    how = _OpenHow(flags, mode if flags & os.O_CREAT else 0, _RESOLVE_NO_SYMLINKS)
+    fd = _libc.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(_AT_FDCWD),
+                       ctypes.c_char_p(os.fsencode(path)), ctypes.byref(how),
+                       ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        raise _error(ctypes.get_errno(), path)
+    return int(fd)
+
+
+def _walk_open(path: str, flags: int, mode: int) -> int:
+    """`_openat2`'s fallback: one O_NOFOLLOW open per component of an absolute normalized path."""
+    names = [name for name in path.split("/") if name]
+    fd = os.open("/", _DIR)
+    try:
+        for name in names[:-1]:
+            inner = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+            kind = os.fstat(fd).st_mode
+            if not stat.S_ISDIR(kind):
+                raise _error(errno.ELOOP if stat.S_ISLNK(kind) else errno.ENOTDIR, path)
+        last = os.open(names[-1] if names else ".", flags | os.O_NOFOLLOW, mode, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if flags & os.O_PATH and stat.S_ISLNK(os.fstat(last).st_mode):
+        os.close(last)  # O_PATH|O_NOFOLLOW opens a symlink itself: refuse it as openat2 does
+        raise _error(errno.ELOOP, path)
+    return last
+
+
+def _probe() -> bool:
+    try:
+        os.close(_openat2("/", _DIR, 0))
+    except OSError:  # ENOSYS before Linux 5.6; EPERM under some seccomp filters
+        return False
+    return True
+
+
+open_exact = _openat2 if _probe() else _walk_open
+
+
+# -- resolving a path ourselves ----------------------------------------------------------------
+
+def _names(path: str) -> list[str]:
+    """The components to resolve, as a stack (next one last); "" and "." carry nothing."""
+    return [name for name in reversed(path.split("/")) if name and name != "."]
+
+
+def real(path: str, *, follow: bool = True, make: bool = False) -> str:
+    """Where ``path`` leads through its symlinks (the last one only if ``follow``): an absolute
+    path with no symlink and no "..". Only a proposal: the caller checks it and opens it with
+    `open_exact`, which fails if anything on it became a symlink meanwhile. A missing last
+    component is fine (it is to be created); a missing one before it is ENOENT unless ``make``
+    (createDirectory), and then the rest is appended as it is."""
+    todo, here, links = _names(path), list[str](), 0
+    fd = os.open("/", _DIR)
+    try:
+        while todo:
+            name = todo.pop()
+            if name == "..":
+                if here:
+                    here.pop()
+                    os.close(fd)
+                    fd = os.open("/" + "/".join(here), _DIR)
+                continue
+            try:
+                target = os.readlink(name, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.EINVAL:  # there, and not a symlink
+                    target = None
+                elif exc.errno == errno.ENOENT and (not todo or (make and ".." not in todo)):
+                    return "/" + "/".join(here + [name, *reversed(todo)])
+                else:
+                    raise
+            if target is None or (not todo and not follow):
+                if todo:
+                    inner = os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+                    os.close(fd)
+                    fd = inner
+                here.append(name)
+                continue
+            links += 1
+            if links > MAX_LINKS:
+                raise _error(errno.ELOOP, path)
+            if target.startswith("/"):
+                here = []
+                os.close(fd)
+                fd = os.open("/", _DIR)
+            todo += _names(target)
+    finally:
+        os.close(fd)
+    return "/" + "/".join(here)
+
+
+# -- the check ---------------------------------------------------------------------------------
+
+def _beneath(path: str, top: str) -> bool:
+    return top == "/" or path == top or path.startswith(top + "/")
+
+
+def resolved_policy(policy: Policy, floor: Policy | None) -> Policy:
+    """The policy's rules at their real paths, narrowed by the operator's floor again, as the
+    process sandbox has them (`_bwrap`): a rule whose path is a symlink governs where it leads,
+    and a symlink planted in a writable root carries no write grant out of it."""
+    rules = [PathRule(path=os.path.realpath(rule.path), access=rule.access)
+             for rule in policy.rules]
+    return Policy.of(rules, policy.network, policy.deny_globs).narrow(floor)
+
+
+class Scope:
+    """What one fs call may touch: inside ``roots`` (``--fs-root``, real paths; none: anywhere)
+    and where ``policy`` grants (None: no sandbox). Every open goes through here."""
+
+    def __init__(self, roots: Sequence[str] = (), policy: Policy | None = None) -> None:
+        self.roots = tuple(roots)
+        self.policy = policy
+        self.confined = bool(roots) or policy is not None
+
+    def granted(self, path: str, *, deep: bool = False) -> str:
+        """The access the policy grants the real ``path``; ``deep``: also everything beneath it
+        (no deeper rule may grant less). Deny patterns cover what they match and beneath."""
+        policy = self.policy
+        if policy is None:
+            return "write"
+        access = policy.access(path)
+        if deep:
+            below = [r.access for r in policy.rules if r.path.startswith(path.rstrip("/") + "/")]
+            access = min([access, *below], key=RANK.__getitem__)
+        if policy.deny_globs:
+            prefixes = [path[:i] for i in range(1, len(path)) if path[i] == "/"] + [path]
+            if any(fnmatch.fnmatchcase(p, g) for g in policy.deny_globs for p in prefixes):
+                return "none"
+        return access
+
+    def allows(self, path: str, need: str) -> bool:
+        inside = not self.roots or any(_beneath(path, root) for root in self.roots)
+        return inside and RANK[self.granted(path)] >= RANK[need]
+
+    def check(self, shown: str, path: str, need: str, *, deep: bool = False) -> None:
+        """Refuse ``need`` at the real ``path`` (``shown``: as the client named it)."""
+        if self.roots and not any(_beneath(path, root) for root in self.roots):
+            raise RpcError(-32600, f"path `{shown}` is outside the allowed roots")
+        if RANK[self.granted(path, deep=deep)] < RANK[need]:
+            raise _DENIED[need]
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    def open(self, path: str, flags: int, need: str, *, deep: bool = False,
+             follow: bool = True) -> tuple[int, str]:
+        """A descriptor for ``path`` opened with ``flags`` (files made 0o666 less the umask, as
+        any program's), and its real path, checked for ``need``. Symlinks are followed (the last
+        one too, if ``follow``) only as far as the check allows."""
+        flags |= os.O_CLOEXEC
+        if not self.confined:
+            if not follow:
+                flags |= os.O_NOFOLLOW
+            return os.open(path, flags, 0o666), path
+        where = posixpath.normpath(path)
+        if "/.." in path:  # ".." after a symlink is not lexical: resolve it ourselves
+            where = real(path, follow=follow)
+        for _ in range(RETRIES):
+            self.check(path, where, need, deep=deep)
+            try:
+                return open_exact(where, flags, 0o666), where
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+            where = real(path, follow=follow)  # a symlink on the way, or one swapped in
+        raise _error(errno.ELOOP, path)
+
+    def parent(self, path: str, need: str, *, deep: bool = False) -> tuple[int, str, str]:
+        """For calls on a name itself (remove, mkdir, a copy's destination): the directory
+        holding it (an O_PATH descriptor), the name, and its real path, checked for ``need``.
+        A symlink as the last component is not followed."""
+        where = real(path, follow=False) if "/.." in path else posixpath.normpath(path)
+        for _ in range(RETRIES):
+            directory, name = posixpath.split(where)
+            if not name:
+                raise _error(errno.EBUSY, path)  # "/" itself: nothing holds it
+            if self.confined:
+                self.check(path, where, need, deep=deep)
+            try:
+                return os.open(directory, _DIR) if not self.confined else open_exact(
+                    directory, _DIR, 0), name, where
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+            where = real(path, follow=False)
+        raise _error(errno.ELOOP, path)
+
+    def makedirs(self, path: str) -> None:
+        """``mkdir -p``: each directory made is checked for write, each one on the way opened
+        without following; an existing non-directory at the end is EEXIST."""
+        if not self.confined:
+            os.makedirs(path, exist_ok=True)
+            if not os.path.isdir(path):
+                raise _error(errno.EEXIST, path)
+            return
+        for _ in range(RETRIES):
+            where = real(path, make=True)
+            self.check(path, where, "write")
+            if self._make(path, [name for name in where.split("/") if name]):
+                return
+        raise _error(errno.ELOOP, path)
+
+    def _make(self, path: str, names: list[str]) -> bool:
+        """Make ``names`` below "/"; False if a symlink turned up on the way (resolve again)."""
+        fd = os.open("/", _DIR)
+        try:
+            for index, name in enumerate(names):
+                try:
+                    inner = os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+                except FileNotFoundError:
+                    self.check(path, "/" + "/".join(names[:index + 1]), "write")
+                    try:
+                        os.mkdir(name, 0o777, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    inner = os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                        raise
+                    if _is_link(fd, name):
+                        return False
+                    raise _error(errno.EEXIST if index == len(names) - 1 else errno.ENOTDIR,
+                                 path) from None
+                os.close(fd)
+                fd = inner
+            return True
+        finally:
+            os.close(fd)
+
+
+def _is_link(fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False

@@ -142,7 +142,9 @@ class Files:
             os.close(fd)
         # Resolved to its own path: no symlink was on it. Otherwise look at the name itself.
         link = False
-        if not scope.confined or where != os.path.normpath(p["path"]):
+        if not scope.confined:  # nothing to confine: the name itself, by path
+            link = stat.S_ISLNK(os.lstat(p["path"]).st_mode)
+        elif where != os.path.normpath(p["path"]):
             directory, name, _ = scope.parent(p["path"], "read")
             try:
                 link = stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)

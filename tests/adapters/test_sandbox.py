@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ADAPTERS, Server, alive, uri
+from .conftest import ADAPTERS, Server, uri
 from .sandboxes import (
     IS_ROOT,
     needs_bwrap,
@@ -400,21 +400,32 @@ def test_a_malformed_sandbox_names_what_is_wrong(plain: tuple[Server, Client],
         "message": "unknown variant `disabled`, expected `restricted` or `enabled`"}
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state first), or None if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Every process below ``pid``, with its start time (pids are reused, start times not)."""
+    children: dict[int, list[tuple[int, str]]] = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
-    found, todo = [], [pid]
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            children.setdefault(int(fields[1]), []).append((int(entry.name), fields[19]))
+    found: dict[int, str] = {}
+    todo = [pid]
     while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
+        for child, started in children.get(todo.pop(), []):
+            found[child] = started
             todo.append(child)
     return found
+
+
+def _still_running(pid: int, started: str) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[19] == started and fields[0] != "Z"
 
 
 def test_the_server_takes_its_sandboxed_processes_with_it(
@@ -426,13 +437,15 @@ def test_the_server_takes_its_sandboxed_processes_with_it(
             "processId": "sleeper", "argv": ["sleep", "60"], "cwd": "file:///", "tty": False,
             "env": {"PATH": "/usr/bin:/bin"}, "sandbox": read_only(str(places["workspace"]))})
         assert reply["result"]["sandboxType"] == "linuxSeccomp"
-        tree: list[int] = []
-        assert _eventually(lambda: len(tree.extend(_descendants(server.process.pid)) or tree) >= 3)
+        tree: dict[int, str] = {}
+        # setpriv's bwrap, bwrap inside its namespaces, and sleep.
+        assert _eventually(lambda: len(tree.update(_descendants(server.process.pid)) or tree) >= 3)
     finally:
         server.stop(signal.SIGKILL)
     assert server.process.returncode == -signal.SIGKILL
-    for pid in tree:
-        assert _eventually(lambda: not alive(pid)), f"sandboxed {pid} outlived the server"
+    for pid, started in tree.items():
+        assert _eventually(lambda: not _still_running(pid, started), wait=15), (
+            f"sandboxed {pid} outlived the server")
 
 
 # -- fs calls under the same policy ---------------------------------------------------------------

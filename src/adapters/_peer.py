@@ -35,6 +35,10 @@ WATCHED_MESSAGES = 8
 HIGH_WATER = 4 << 20
 LOW_WATER = 1 << 20
 
+# Seconds before a wrong bearer token is answered: guessing costs time, and only that
+# connection waits (the answer is scheduled, nothing sleeps).
+AUTH_DELAY = 0.5
+
 
 class Peer:
     """The part every connection shares: its handle, and telling the core what happened."""
@@ -136,6 +140,10 @@ class WsPeer(Peer):
         if got.refused is not None:
             log.warning("connection from %s refused: %s", label, got.refused,
                         extra={"fields": {"peer": label, "refused": got.refused}})
+        if got.delayed:
+            loop = self.driver.loop
+            loop.call_at(loop.now() + AUTH_DELAY, lambda: self._refuse_late(bytes(got.send)))
+            return
         if got.send:
             self.write((bytes(got.send),))
         if got.opened:
@@ -144,6 +152,16 @@ class WsPeer(Peer):
             self.message(message)
         if got.closed:
             self.closing = True
+            self.hang_up()
+
+    def lost(self) -> None:
+        self.closing = True  # nothing more may be written, such as a refusal still to come
+        super().lost()
+
+    def _refuse_late(self, answer: bytes) -> None:
+        if not self.closing:
+            self.closing = True
+            self.write((answer,))
             self.hang_up()
 
     def send(self, data: bytes) -> None:

@@ -48,6 +48,8 @@ class Received:
     messages: list[bytes | str] = attrs.field(factory=list)
     closed: bool = False  # the peer is done, or was refused: close once `send` is written
     refused: str | None = None  # why the upgrade was refused (for the log), if it was
+    # A wrong token: the adapter sends `send` only after a pause, so guessing is slow.
+    delayed: bool = False
 
 
 def _response(status: int, reason: bytes, body: bytes) -> bytes:
@@ -131,8 +133,9 @@ class ServerSocket:
             header = headers.get(b"authorization")
             if header is None or not self._authorized(header):
                 why = "no bearer token" if header is None else "wrong bearer token"
-                return self._refuse(out, 401, b"Unauthorized", b"missing or wrong bearer token\n",
-                                    why)
+                self._refuse(out, 401, b"Unauthorized", b"missing or wrong bearer token\n", why)
+                out.delayed = header is not None
+                return None
         self._http = None
         self._ws = WSConnection(ConnectionType.SERVER)
         buffered, self._buffered = bytes(self._buffered), bytearray()
@@ -142,8 +145,11 @@ class ServerSocket:
     def _authorized(self, header: bytes) -> bool:
         assert self._token is not None
         expected = b"Bearer " + self._token.encode()
+        # The scheme's name is case-insensitive (RFC 7235), and one or more spaces end it.
+        scheme, _, credentials = header.strip().partition(b" ")
+        right_scheme = scheme.lower() == b"bearer"
         # Constant time, so the answer's timing says nothing about how much of a guess was right.
-        return hmac.compare_digest(header, expected)
+        return hmac.compare_digest(b"Bearer " + credentials.lstrip(b" "), expected) and right_scheme
 
     def _refuse(self, out: Received, status: int, reason: bytes, body: bytes,
                 why: str | None = None) -> None:

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from execproto import ConnectionClosed, ConnectionOpened, MessageReceived, SendBlocked, SendDrained
+from execproto import Config, ConnectionClosed, ConnectionOpened, MessageReceived, SendBlocked, SendDrained
 
 from ._ws import ServerSocket, text_frame_header
 
@@ -38,6 +38,33 @@ LOW_WATER = 1 << 20
 # Seconds before a wrong bearer token is answered: guessing costs time, and only that
 # connection waits (the answer is scheduled, nothing sleeps).
 AUTH_DELAY = 0.5
+
+
+class Gate:
+    """One server's bounds on connections still in their websocket upgrade.
+
+    Past the cap, the oldest of them is closed to make room if it has had `SPARE` seconds
+    (an honest client finishes its upgrade in one round trip); otherwise the newcomer is. So
+    idle half-open connections cannot lock clients out, and only a flood of fresh ones can.
+    """
+
+    SPARE = 1.0
+
+    def __init__(self, config: Config | None) -> None:
+        config = config or Config()
+        self.timeout = config.handshake_timeout
+        self.limit = config.max_upgrading
+        self.upgrading: dict[WsPeer, float] = {}  # oldest first: peer -> when it arrived
+
+    def admit(self, now: float) -> bool:
+        """Whether a new connection may begin its upgrade; if not, close it at once."""
+        if len(self.upgrading) < self.limit:
+            return True
+        oldest, since = next(iter(self.upgrading.items()))
+        if now - since < self.SPARE:
+            return False
+        oldest.time_out(f"{self.limit} connections in their upgrade")
+        return True
 
 
 class Peer:
@@ -129,10 +156,37 @@ class Peer:
 
 class WsPeer(Peer):
     def __init__(
-        self, driver: Driver, write: Write, hang_up: Callable[[], None], token: str | None
+        self, driver: Driver, write: Write, hang_up: Callable[[], None], token: str | None,
+        gate: Gate, label: str,
     ) -> None:
         super().__init__(driver, write, hang_up)
         self._socket = ServerSocket(token=token)
+        self._label = label
+        self._gate: Gate | None = gate  # until the upgrade is done or the connection gone
+        loop = driver.loop
+        gate.upgrading[self] = loop.now()
+        self._too_slow = loop.call_at(loop.now() + gate.timeout,
+                                      lambda: self.time_out(f"no upgrade in {gate.timeout} s"))
+
+    def _upgraded(self) -> None:
+        """Out of the upgrade, one way or another: the connection no longer counts as one."""
+        if self._gate is not None:
+            del self._gate.upgrading[self]
+            self._gate = None
+            self._too_slow()
+
+    def time_out(self, why: str) -> None:
+        """Close a connection still in its upgrade."""
+        if self._gate is not None and not self.closing:
+            log.warning("connection from %s refused: %s", self._label, why,
+                        extra={"fields": {"peer": self._label, "refused": why}})
+            self._upgraded()
+            self.closing = True
+            self.hang_up()
+
+    def opened(self, label: str) -> None:
+        self._upgraded()
+        super().opened(label)
 
     def received(self, data: bytes, label: str) -> None:
         """Bytes from the socket (b"" at EOF). ``label`` names the peer in messages."""
@@ -156,6 +210,7 @@ class WsPeer(Peer):
 
     def lost(self) -> None:
         self.closing = True  # nothing more may be written, such as a refusal still to come
+        self._upgraded()
         super().lost()
 
     def _refuse_late(self, answer: bytes) -> None:

@@ -19,7 +19,7 @@ from ._driver import Driver
 from ._fs import Files
 from .backends import Backend
 from ._listen import ACCEPT_RETRY, EXHAUSTED, AcceptTrouble, Listen
-from ._peer import HIGH_WATER, LOW_WATER, StdioPeer, WsPeer
+from ._peer import HIGH_WATER, LOW_WATER, Gate, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
 from ._sockwriter import SocketWriter
 
@@ -64,7 +64,7 @@ class _WsConnection:
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, sock: socket.socket, address: Any, driver: Driver,
-        token: str | None, ping_interval: float,
+        token: str | None, ping_interval: float, gate: Gate,
     ) -> None:
         self._loop = loop
         self._sock = sock
@@ -75,7 +75,7 @@ class _WsConnection:
         self._closed = False
         self._hung_up = False
         self._writing = False
-        self.peer = WsPeer(driver, self._write, self._hang_up, token)
+        self.peer = WsPeer(driver, self._write, self._hang_up, token, gate, self._label)
         self._writer = SocketWriter(sock, high=HIGH_WATER, low=LOW_WATER,
                                     blocked=self.peer.blocked, drained=self.peer.drained)
         loop.add_reader(self._fd, self._readable)
@@ -238,10 +238,15 @@ async def serve(
         peer.opened("stdio")
         listener = None
     else:
-        listener = _listen(
-            loop, where.host, where.port,
-            lambda sock, address: _WsConnection(loop, sock, address, driver, token, ping_interval),
-        )
+        gate = Gate(config)
+
+        def accept(sock: socket.socket, address: Any) -> None:
+            if not gate.admit(loop.time()):
+                sock.close()  # too many connections still in their upgrade: keep the descriptor
+                return
+            _WsConnection(loop, sock, address, driver, token, ping_interval, gate)
+
+        listener = _listen(loop, where.host, where.port, accept)
     if ready is not None:
         ready(where.describe(listener.getsockname() if listener else None))
     try:

@@ -100,6 +100,9 @@ def _parser() -> _Parser:
                        help="confine every fs/* path to DIR (after resolving symlinks); repeatable")
     serve.add_argument("--ping-interval", type=float, default=30.0,
                        help="seconds between websocket pings (default %(default)s)")
+    serve.add_argument("--handshake-timeout", type=float, default=Config().handshake_timeout,
+                       help="seconds a connection gets to finish its websocket upgrade "
+                            "(default %(default)s)")
     serve.add_argument("--trace", type=Path, help="record a replayable trace to this file")
     serve.add_argument("--trace-redact", action="store_true",
                        help="with --trace: write process output, stdin and the server's secret "
@@ -142,7 +145,8 @@ def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None]:
     if not where.loopback and token is None:
         raise UsageError(f"refusing to listen on {args.listen} without --auth-token-file: "
                          "anyone who can reach it could run programs here")
-    for name in ("session_ttl", "kill_grace", "ping_interval", "retention_bytes"):
+    for name in ("session_ttl", "kill_grace", "ping_interval", "retention_bytes",
+                 "handshake_timeout"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     for root in args.fs_root:
@@ -167,6 +171,7 @@ def _serve(args: argparse.Namespace) -> int:
         session_ttl=args.session_ttl,
         retention_bytes=args.retention_bytes,
         kill_grace=args.kill_grace,
+        handshake_timeout=args.handshake_timeout,
     )
     bound = False
 

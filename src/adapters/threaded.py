@@ -29,7 +29,7 @@ from ._driver import Driver
 from ._fs import Files
 from .backends import Backend
 from ._listen import ACCEPT_RETRY, EXHAUSTED, AcceptTrouble, Listen
-from ._peer import HIGH_WATER, LOW_WATER, Peer, StdioPeer, WsPeer
+from ._peer import HIGH_WATER, LOW_WATER, Gate, Peer, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
 
 
@@ -251,6 +251,73 @@ class _Connection:
             self._close()
 
 
+class _SocketConnection(_Connection):
+    """A websocket client. Until its upgrade is done it costs no thread: the watcher polls it
+    and the owner reads it. Once upgraded it gets a reader and a writer thread like any other."""
+
+    def __init__(self, loop: _Loop, sock: socket.socket) -> None:
+        super().__init__(loop, lambda: sock.recv(1 << 16), sock.sendall, self._shut)
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._received: Callable[[bytes], None] | None = None
+        self._threaded = False
+        self._ended = False
+
+    def start(self, received: Callable[[bytes], None]) -> None:
+        self._received = received
+        self._sock.setblocking(False)
+        self._loop.watch_read(self._fd, self._readable)
+
+    def _readable(self) -> None:
+        assert self._received is not None and self.peer is not None
+        if self._ended:
+            return
+        try:
+            data = self._sock.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        self._received(data)
+        if not data:
+            self._end()
+        elif self.peer.open and not self._closing:  # upgraded: over to its own threads
+            self._loop.unwatch_read(self._fd)
+            self._sock.setblocking(True)
+            self._threaded = True
+            super().start(self._received)
+
+    def hang_up(self) -> None:
+        if self._threaded:
+            super().hang_up()
+        elif not self._closing:
+            self._closing = True
+            self._loop.post(self._end)  # not now: this may run inside `_readable`
+
+    def _end(self) -> None:
+        """Refused, timed out or gone during the upgrade: send the short answer, if any, close."""
+        if self._ended:
+            return
+        self._ended = True
+        self._loop.unwatch_read(self._fd)
+        answer = b"".join(self._outbox)
+        self._outbox.clear()
+        try:
+            self._sock.send(answer)  # a few hundred bytes into an empty buffer: taken whole
+        except OSError:
+            pass
+        self._shut()
+        if self.peer is not None:
+            self.peer.lost()
+
+    def _shut(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+
 def serve(
     listen: str = "ws://127.0.0.1:0",
     *,
@@ -311,7 +378,9 @@ def serve(
         listener.bind((where.host, where.port))
         listener.listen(128)
         address = where.describe(listener.getsockname())
-        threading.Thread(target=_accept, args=(listener, loop, driver, token, ping_interval),
+        gate = Gate(config)
+        threading.Thread(target=_accept,
+                         args=(listener, loop, driver, token, ping_interval, gate),
                          daemon=True).start()
     if ready is not None:
         ready(address)
@@ -332,7 +401,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _accept(listener: socket.socket, loop: _Loop, driver: Driver, token: str | None,
-            ping_interval: float) -> None:
+            ping_interval: float, gate: Gate) -> None:
     trouble = AcceptTrouble()
     while True:
         try:
@@ -344,24 +413,19 @@ def _accept(listener: socket.socket, loop: _Loop, driver: Driver, token: str | N
             time.sleep(ACCEPT_RETRY)
             continue
         trouble.accepted()
-        loop.post(partial(_open, sock, address, loop, driver, token, ping_interval))
+        loop.post(partial(_open, sock, address, loop, driver, token, ping_interval, gate))
 
 
 def _open(sock: socket.socket, address: Any, loop: _Loop, driver: Driver, token: str | None,
-          ping_interval: float) -> None:
+          ping_interval: float, gate: Gate) -> None:
+    if not gate.admit(loop.now()):
+        sock.close()  # too many connections still in their upgrade: keep the descriptor
+        return
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def close() -> None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
-
-    conn = _Connection(loop, lambda: sock.recv(1 << 16), sock.sendall, close)
-    peer = WsPeer(driver, conn.write, conn.hang_up, token)
-    conn.peer = peer
+    conn = _SocketConnection(loop, sock)
     label = f"{address[0]}:{address[1]}"
+    peer = WsPeer(driver, conn.write, conn.hang_up, token, gate, label)
+    conn.peer = peer
 
     def ping() -> None:
         if peer.open and not peer.closing:

@@ -25,7 +25,7 @@ from ._driver import Driver
 from ._fs import Files
 from .backends import Backend
 from ._listen import Listen, QuietRetries
-from ._peer import HIGH_WATER, LOW_WATER, Peer, StdioPeer, WsPeer
+from ._peer import HIGH_WATER, LOW_WATER, Gate, Peer, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
 from ._sockwriter import BATCH
 
@@ -217,11 +217,20 @@ async def serve(
         core, backend = make_core(config, trace, backend, redact_trace)
         driver = Driver(core, _Loop(nursery), Files(fs_roots, config.floor if config else None), backend)
 
+        gate = Gate(config)
+
         async def websocket(stream: trio.SocketStream) -> None:
-            host, port = stream.socket.getpeername()[:2]
+            if not gate.admit(trio.current_time()):
+                await stream.aclose()  # too many connections still in their upgrade
+                return
+            try:
+                host, port = stream.socket.getpeername()[:2]
+            except OSError:  # reset before we got to it; an exception here would end serving
+                await stream.aclose()
+                return
             conn = _Connection(stream.receive_some, partial(_send_parts, stream.socket),
                                stream.aclose)
-            peer = WsPeer(driver, conn.write, conn.hang_up, token)
+            peer = WsPeer(driver, conn.write, conn.hang_up, token, gate, f"{host}:{port}")
             conn.peer = peer
 
             async def pinger() -> None:

@@ -28,6 +28,11 @@ class Config:
     # retention_bytes already): past it, every process of a detached session is paused until
     # its client comes back or the total falls, so many abandoned sessions cannot fill memory.
     max_held_bytes: int = 256 << 20
+    # Connections that have not finished their websocket upgrade: each gets this many seconds,
+    # and past this many at once a new one is closed on arrival, so half-open connections
+    # cannot take every descriptor from the clients that finish theirs.
+    handshake_timeout: float = 10.0
+    max_upgrading: int = 64
     # The operator's sandbox, the floor every client request is narrowed by (None: none).
     floor: Policy | None = None
     # The `sandboxType` a sandboxed process reports: the wire name of what enforces policies

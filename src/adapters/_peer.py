@@ -2,7 +2,9 @@
 
 An adapter creates a peer per accepted connection and calls `received` with what it read,
 `lost` when the connection is gone, and `blocked` / `drained` as its send buffer crosses its
-water marks. The peer answers through the two functions it was given: ``write`` (queue bytes for
+water marks. While blocked, the adapter stops reading the connection and the peer holds back
+the messages already read, so a client that asks for much and reads nothing gets no more
+answers queued than one high-water mark's worth. The peer answers through the two functions it was given: ``write`` (queue bytes for
 the peer) and ``hang_up`` (close the connection once what was queued is written).
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +56,7 @@ class Gate:
     def __init__(self, config: Config | None) -> None:
         config = config or Config()
         self.timeout = config.handshake_timeout
+        self.send_timeout = config.send_timeout
         self.limit = config.max_upgrading
         self.upgrading: dict[WsPeer, float] = {}  # oldest first: peer -> when it arrived
 
@@ -77,6 +81,8 @@ class Peer:
         self.hang_up = hang_up
         self.open = False
         self.closing = False
+        self.stuck = False  # blocked: the send buffer is above HIGH_WATER
+        self._held: deque[bytes | str] = deque()  # messages read while stuck, not yet handled
         self.label = ""
         self._watching = WATCHED_MESSAGES
         self._greeting: tuple[Any, Any] | None = None  # initialize in flight: (id, resuming)
@@ -90,6 +96,7 @@ class Peer:
         self.driver.feed(ConnectionOpened(conn=self.conn, session_id=str(uuid.uuid4()), label=label))
 
     def lost(self) -> None:
+        self._held.clear()
         if self.open:
             log.debug("connection %d closed: %s, session %s", self.conn, self.label,
                       self._session or "none")
@@ -99,14 +106,31 @@ class Peer:
             self.driver.files.close_connection(self.conn)  # its fs/open handles go with it
 
     def blocked(self) -> None:
+        self.stuck = True
         if self.open:
             self.driver.feed(SendBlocked(conn=self.conn))
 
     def drained(self) -> None:
+        self.stuck = False
         if self.open:
             self.driver.feed(SendDrained(conn=self.conn))
+            if self._held:
+                # Not now: this may run while the driver is busy, where each message would
+                # only be queued, and every answer made before the first could block again.
+                loop = self.driver.loop
+                loop.call_at(loop.now(), self._release)
+
+    def _release(self) -> None:
+        while self._held and not self.stuck and self.open:
+            self._handle(self._held.popleft())
 
     def message(self, data: bytes | str) -> None:
+        if self.stuck or self._held:
+            self._held.append(data)  # handled once the client has read its answers, in order
+            return
+        self._handle(data)
+
+    def _handle(self, data: bytes | str) -> None:
         # A frame read in the same batch as one that got the connection closed comes after the
         # close: the core has forgotten the connection, and the frame is moot.
         if self.open:
@@ -157,9 +181,13 @@ class Peer:
 class WsPeer(Peer):
     def __init__(
         self, driver: Driver, write: Write, hang_up: Callable[[], None], token: str | None,
-        gate: Gate, label: str,
+        gate: Gate, label: str, abort: Callable[[], None],
     ) -> None:
+        """``abort``: close now, dropping whatever is queued."""
         super().__init__(driver, write, hang_up)
+        self._abort = abort
+        self._send_timeout = gate.send_timeout
+        self._stuck_since: Callable[[], None] | None = None  # cancels the send timeout
         self._socket = ServerSocket(token=token)
         self._label = label
         self._gate: Gate | None = gate  # until the upgrade is done or the connection gone
@@ -211,7 +239,33 @@ class WsPeer(Peer):
     def lost(self) -> None:
         self.closing = True  # nothing more may be written, such as a refusal still to come
         self._upgraded()
+        self._unstuck()
         super().lost()
+
+    def blocked(self) -> None:
+        super().blocked()
+        if self.open and self._stuck_since is None:
+            loop = self.driver.loop
+            self._stuck_since = loop.call_at(loop.now() + self._send_timeout, self._stuck_too_long)
+
+    def drained(self) -> None:
+        self._unstuck()
+        super().drained()
+
+    def _unstuck(self) -> None:
+        if self._stuck_since is not None:
+            self._stuck_since()
+            self._stuck_since = None
+
+    def _stuck_too_long(self) -> None:
+        self._stuck_since = None
+        if self.open and self.stuck:
+            log.warning("connection %d from %s closed: nothing read for %s s", self.conn,
+                        self._label, self._send_timeout,
+                        extra={"fields": {"conn": self.conn, "peer": self._label,
+                                          "closed": "send timeout"}})
+            self.closing = True
+            self._abort()
 
     def _refuse_late(self, answer: bytes) -> None:
         if not self.closing:

@@ -37,6 +37,12 @@ class SocketWriter:
         self._on_drained = drained
         self.failed = False
 
+    def discard(self) -> None:
+        """Drop everything queued: the connection is closed, its buffers go at once."""
+        self._queue.clear()
+        self.queued = 0
+        self.failed = True
+
     @property
     def pending(self) -> bool:
         return bool(self._queue)

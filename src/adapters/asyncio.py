@@ -75,9 +75,10 @@ class _WsConnection:
         self._closed = False
         self._hung_up = False
         self._writing = False
-        self.peer = WsPeer(driver, self._write, self._hang_up, token, gate, self._label)
+        self.peer = WsPeer(driver, self._write, self._hang_up, token, gate, self._label,
+                           abort=self._close)
         self._writer = SocketWriter(sock, high=HIGH_WATER, low=LOW_WATER,
-                                    blocked=self.peer.blocked, drained=self.peer.drained)
+                                    blocked=self._blocked, drained=self._drained)
         loop.add_reader(self._fd, self._readable)
 
     def _readable(self) -> None:
@@ -92,6 +93,17 @@ class _WsConnection:
             self._close()
         elif self.peer.open and self._ping is None:
             self._ping = self._loop.call_later(self._ping_interval, self._send_ping)
+
+    def _blocked(self) -> None:
+        # Backpressure: read no more requests until the client has read its answers.
+        if not self._closed:
+            self._loop.remove_reader(self._fd)
+        self.peer.blocked()
+
+    def _drained(self) -> None:
+        if not self._closed:
+            self._loop.add_reader(self._fd, self._readable)
+        self.peer.drained()
 
     def _write(self, parts: Sequence[bytes]) -> None:
         if self._closed:
@@ -125,6 +137,7 @@ class _WsConnection:
         if self._closed:
             return
         self._closed = True
+        self._writer.discard()
         if self._ping is not None:
             self._ping.cancel()
         self._loop.remove_reader(self._fd)

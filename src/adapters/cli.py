@@ -103,6 +103,9 @@ def _parser() -> _Parser:
     serve.add_argument("--handshake-timeout", type=float, default=Config().handshake_timeout,
                        help="seconds a connection gets to finish its websocket upgrade "
                             "(default %(default)s)")
+    serve.add_argument("--send-timeout", type=float, default=Config().send_timeout,
+                       help="seconds a client may leave its answers unread before it is "
+                            "disconnected (default %(default)s)")
     serve.add_argument("--trace", type=Path, help="record a replayable trace to this file")
     serve.add_argument("--trace-redact", action="store_true",
                        help="with --trace: write process output, stdin and the server's secret "
@@ -146,7 +149,7 @@ def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None]:
         raise UsageError(f"refusing to listen on {args.listen} without --auth-token-file: "
                          "anyone who can reach it could run programs here")
     for name in ("session_ttl", "kill_grace", "ping_interval", "retention_bytes",
-                 "handshake_timeout"):
+                 "handshake_timeout", "send_timeout"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     for root in args.fs_root:
@@ -172,6 +175,7 @@ def _serve(args: argparse.Namespace) -> int:
         retention_bytes=args.retention_bytes,
         kill_grace=args.kill_grace,
         handshake_timeout=args.handshake_timeout,
+        send_timeout=args.send_timeout,
     )
     bound = False
 

@@ -32,6 +32,10 @@ from ._listen import ACCEPT_RETRY, EXHAUSTED, AcceptTrouble, Listen
 from ._peer import HIGH_WATER, LOW_WATER, Gate, Peer, StdioPeer, WsPeer
 from ._serve import PING_INTERVAL, make_core
 
+# Reads a connection's reader thread may have handed to the owner and not yet seen handled:
+# without a bound, a fast client's bytes would pile up in the owner's queue.
+READS_AHEAD = 4
+
 
 class _Loop:
     """`_driver.Loop` over threads. Only `post` may be called from other threads."""
@@ -188,6 +192,9 @@ class _Connection:
         self._blocked = False
         self._closing = False
         self._ready = threading.Condition()
+        self._may_read = threading.Event()  # cleared while blocked: no requests are read
+        self._may_read.set()
+        self._reads = threading.Semaphore(READS_AHEAD)
         self.peer: Peer | None = None
 
     def start(self, received: Callable[[bytes], None]) -> None:
@@ -202,7 +209,18 @@ class _Connection:
         self._unsent += size
         if not self._blocked and self._unsent > HIGH_WATER and self.peer is not None:
             self._blocked = True
+            self._may_read.clear()
             self.peer.blocked()
+
+    def abort(self) -> None:
+        """Close now, dropping what is queued; the threads see the closed socket and end."""
+        with self._ready:
+            self._outbox.clear()
+            self._closing = True
+            self._ready.notify()
+        self._unsent = 0
+        self._may_read.set()
+        self._close()
 
     def hang_up(self) -> None:
         with self._ready:
@@ -213,22 +231,34 @@ class _Connection:
         self._unsent -= size
         if self._blocked and self._unsent < LOW_WATER and self.peer is not None:
             self._blocked = False
+            self._may_read.set()
             self.peer.drained()
 
     def _reader(self, received: Callable[[bytes], None]) -> None:
         while True:
+            self._reads.acquire()
+            self._may_read.wait()
             try:
                 data = self._receive()
             except OSError:
                 data = b""
-            self._loop.post(partial(received, data))
+            self._loop.post(partial(self._handle, received, data))
             if not data:
                 self._loop.post(self._lost)
                 return
 
+    def _handle(self, received: Callable[[bytes], None], data: bytes) -> None:
+        try:
+            received(data)
+        finally:
+            self._reads.release()
+
     def _lost(self) -> None:
         if self.peer is not None:
             self.peer.lost()
+        self._may_read.set()  # the reader must not wait for a drain that will never come
+        with self._ready:
+            self._outbox.clear()  # what was not sent goes now, not when a cycle is collected
         self.hang_up()
 
     def _writer(self) -> None:
@@ -424,7 +454,7 @@ def _open(sock: socket.socket, address: Any, loop: _Loop, driver: Driver, token:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     conn = _SocketConnection(loop, sock)
     label = f"{address[0]}:{address[1]}"
-    peer = WsPeer(driver, conn.write, conn.hang_up, token, gate, label)
+    peer = WsPeer(driver, conn.write, conn.hang_up, token, gate, label, abort=conn.abort)
     conn.peer = peer
 
     def ping() -> None:

@@ -123,6 +123,9 @@ class _Connection:
         self._blocked = False
         self._closing = False
         self._wake = trio.Event()
+        self._readable = trio.Event()  # unset while blocked: no requests are read
+        self._readable.set()
+        self._scope: trio.CancelScope | None = None
         self.peer: Peer | None = None
 
     def write(self, parts: Sequence[bytes]) -> None:
@@ -131,7 +134,16 @@ class _Connection:
         self._wake.set()
         if not self._blocked and self._unsent > HIGH_WATER and self.peer is not None:
             self._blocked = True
+            self._readable = trio.Event()
             self.peer.blocked()
+
+    def abort(self) -> None:
+        """Close now, dropping what is queued."""
+        self._outbox.clear()
+        self._unsent = 0
+        self._closing = True
+        if self._scope is not None:
+            self._scope.cancel()
 
     def hang_up(self) -> None:
         self._closing = True
@@ -148,6 +160,7 @@ class _Connection:
                     self._unsent -= sum(len(part) for part in parts)
                     if self._blocked and self._unsent < LOW_WATER and self.peer is not None:
                         self._blocked = False
+                        self._readable.set()
                         self.peer.drained()
                 if self._closing:
                     return
@@ -160,11 +173,13 @@ class _Connection:
         assert self.peer is not None
         try:
             async with trio.open_nursery() as nursery:
+                self._scope = nursery.cancel_scope
                 nursery.start_soon(self._writer, nursery.cancel_scope)
                 if pinger is not None:
                     nursery.start_soon(pinger)
                 try:
                     while not self._closing:
+                        await self._readable.wait()
                         data = await self._receive(1 << 16)
                         received(bytes(data))
                         if not data:
@@ -174,6 +189,8 @@ class _Connection:
                 if not self._closing:
                     nursery.cancel_scope.cancel()  # the peer went away: nothing left to send
         finally:
+            self._outbox.clear()  # whatever was not sent goes now, not when a cycle is collected
+            self._unsent = 0
             self.peer.lost()
             with trio.CancelScope(shield=True):
                 await self._close()
@@ -230,7 +247,8 @@ async def serve(
                 return
             conn = _Connection(stream.receive_some, partial(_send_parts, stream.socket),
                                stream.aclose)
-            peer = WsPeer(driver, conn.write, conn.hang_up, token, gate, f"{host}:{port}")
+            peer = WsPeer(driver, conn.write, conn.hang_up, token, gate, f"{host}:{port}",
+                          abort=conn.abort)
             conn.peer = peer
 
             async def pinger() -> None:

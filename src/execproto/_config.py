@@ -33,6 +33,9 @@ class Config:
     # cannot take every descriptor from the clients that finish theirs.
     handshake_timeout: float = 10.0
     max_upgrading: int = 64
+    # Seconds a connection may stay blocked (more than the high-water mark waiting to be sent,
+    # and its requests no longer read) before it is closed: its client reads nothing.
+    send_timeout: float = 60.0
     # The operator's sandbox, the floor every client request is narrowed by (None: none).
     floor: Policy | None = None
     # The `sandboxType` a sandboxed process reports: the wire name of what enforces policies

@@ -1,0 +1,112 @@
+"""A client that asks for much and reads nothing: the server neither grows nor slows."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+from .conftest import Server, start
+from .test_limits import rss_mib
+from .wsclient import Client
+
+READS = 3000  # each answered with the whole retained MiB: about 4 GB if all were queued
+
+
+def served(server: Server, name: str) -> float:
+    began = time.monotonic()
+    client = server.client()
+    start(client, name, ["true"])
+    client.events_until_closed(name)
+    client.close()
+    return time.monotonic() - began
+
+
+def greedy(server: Server) -> Client:
+    """A client whose process has left a full MiB to read, and that will never read again."""
+    client = server.client()
+    start(client, "big", ["head", "-c", str(1 << 20), "/dev/zero"])
+    client.events_until_closed("big")
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+    frames = b"".join(
+        client.ws.send(_text({"jsonrpc": "2.0", "id": 1000 + i, "method": "process/read",
+                              "params": {"processId": "big"}}))
+        for i in range(READS)
+    )
+
+    def flood() -> None:
+        try:
+            client.sock.settimeout(60)
+            client.sock.sendall(frames)  # blocks once the server stops reading: as it should
+        except OSError:
+            pass
+
+    threading.Thread(target=flood, daemon=True).start()
+    return client
+
+
+def _text(message: dict[str, object]) -> object:
+    from wsproto.events import TextMessage
+
+    return TextMessage(data=json.dumps(message))
+
+
+def without_gc(tmp_path: Path) -> dict[str, str]:
+    """An environment whose Python starts with the cycle collector off: only reference
+    counting frees anything, so buffers kept alive by a cycle would stay."""
+    (tmp_path / "sitecustomize.py").write_text("import gc\ngc.disable()\n")
+    paths = [str(tmp_path), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(path for path in paths if path)}
+
+
+def test_a_client_that_never_reads_its_answers_costs_a_bounded_buffer(
+    adapter: str, tmp_path: Path
+) -> None:
+    server = Server(adapter, "--kill-grace", "0.5", env=without_gc(tmp_path))
+    try:
+        served(server, "warm")
+        baseline = rss_mib(server.process.pid)
+        client = greedy(server)
+        peak, worst = baseline, 0.0
+        for i in range(10):
+            worst = max(worst, served(server, f"probe{i}"))
+            peak = max(peak, rss_mib(server.process.pid))
+            time.sleep(0.3)
+        assert peak < baseline + 150, (baseline, peak)
+        assert worst < 1, worst
+        client.sock.close()
+        time.sleep(3)  # the heap is trimmed every 2 s
+        served(server, "after")
+        after = rss_mib(server.process.pid)
+        assert after < baseline + 30, (baseline, peak, after)
+    finally:
+        log = server.stop()
+    assert server.process.returncode == 0, log
+    assert "Traceback" not in log, log
+
+
+def test_a_client_blocked_past_the_send_timeout_is_closed(adapter: str) -> None:
+    server = Server(adapter, "--kill-grace", "0.5", "--send-timeout", "2")
+    try:
+        client = greedy(server)
+        time.sleep(4)
+        assert served(server, "probe") < 1
+        # Closed by the server: what it had sent before the close, then the end.
+        client.sock.settimeout(10)
+        got = 0
+        while True:
+            try:
+                data = client.sock.recv(1 << 20)
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+            got += len(data)
+            assert got < 64 << 20, "still sending: the connection was not closed"
+    finally:
+        log = server.stop()
+    assert "nothing read for 2.0 s" in log, log
+    assert server.process.returncode == 0, log

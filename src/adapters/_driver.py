@@ -68,6 +68,11 @@ log = logging.getLogger("execproto")
 READ_SIZE = 256 << 10
 TRIM_INTERVAL = 2.0  # seconds between releases of free heap memory (a no-op trim: ~0.4 ms)
 
+# Body pieces of one streamed http response handed to the owner and not yet sent on: the
+# worker reads no further, and none are handed over while the client's connection is blocked.
+HTTP_PIECES_AHEAD = 4
+HTTP_RECHECK = 0.05  # seconds between looks at a blocked connection, for a waiting stream
+
 # What ends input on a terminal: closing our copy of the pty would not, as the reader of
 # the other side only sees end-of-file when the line discipline gets ^D.
 END_OF_TERMINAL_INPUT = b"\x04"
@@ -118,6 +123,9 @@ class Driver:
         self._stdin_closing: set[int] = set()
         # http calls in flight: op -> (set to cancel it, whether its body streams)
         self._http: dict[int, tuple[threading.Event, bool]] = {}
+        self._http_pool = _http.Pool()
+        self._http_conns: dict[int, int] = {}  # op of a streamed response -> its connection
+        self._sent_to: int | None = None  # the connection of the latest Send
         self._cancel_tick: Callable[[], None] | None = None
         self._tick_at: float | None = None
         self._trimming = False  # a periodic release of free heap memory is scheduled
@@ -217,6 +225,7 @@ class Driver:
         return self._conns
 
     def _send(self, action: Send) -> None:
+        self._sent_to = action.conn
         peer = self.peers.get(action.conn)
         if peer is not None:
             peer.send(action.data)
@@ -435,12 +444,14 @@ class Driver:
         self._http[action.op] = (cancelled, request.stream_response)
         post, op = self.loop.post, action.op
 
+        credit = threading.Semaphore(HTTP_PIECES_AHEAD)
+
         def work() -> None:
             # On a worker thread: every event goes back to the owner through `post`, in order.
             try:
                 head, pieces = _http.fetch(request, cancelled)
                 if not request.stream_response:
-                    body = b"".join(pieces)
+                    body = _http.whole(pieces, request.url)
                     post(lambda: self._http_event(HttpResponded(
                         op=op, status=head.status, headers=tuple(head.headers), body=body)))
                     return
@@ -448,7 +459,11 @@ class Driver:
                     op=op, status=head.status, headers=tuple(head.headers))))
                 for piece in pieces:
                     if piece:
-                        post(partial(self._http_event, HttpBodyReceived(op=op, data=piece)))
+                        while not credit.acquire(timeout=_http.SLICE):
+                            if cancelled.is_set():
+                                return
+                        post(partial(self._http_event, HttpBodyReceived(op=op, data=piece),
+                                     credit.release))
                 post(lambda: self._http_event(HttpFinished(op=op)))
             except Exception as exc:  # a failure, or a bug: either way the call gets an answer
                 if not isinstance(exc, _http.HttpFailure):
@@ -456,18 +471,34 @@ class Driver:
                 why = str(exc)
                 post(lambda: self._http_event(HttpFinished(op=op, error=why)))
 
-        self.loop.run_blocking(work, lambda outcome: None)
+        self._http_pool.submit(work)
 
-    def _http_event(self, event: HttpResponded | HttpBodyReceived | HttpFinished) -> None:
+    def _http_event(self, event: HttpResponded | HttpBodyReceived | HttpFinished,
+                    sent: Callable[[], None] | None = None) -> None:
         entry = self._http.get(event.op)
         if entry is None:
             return  # cancelled: its connection closed, and the core has forgotten the call
         streaming = entry[1]
         if isinstance(event, HttpFinished) or (isinstance(event, HttpResponded) and not streaming):
             del self._http[event.op]
+            self._http_conns.pop(event.op, None)
+        self._sent_to = None
         self.feed(event)
+        if isinstance(event, HttpResponded) and streaming and self._sent_to is not None:
+            self._http_conns[event.op] = self._sent_to  # where its answer went, and the body
+        if sent is not None:
+            self._next_piece(event.op, sent)
+
+    def _next_piece(self, op: int, sent: Callable[[], None]) -> None:
+        """Let a streamed body's worker hand over another piece, once its client keeps up."""
+        peer = self.peers.get(self._http_conns.get(op, -1))
+        if peer is not None and peer.stuck and op in self._http:
+            self.loop.call_at(self.loop.now() + HTTP_RECHECK, lambda: self._next_piece(op, sent))
+        else:
+            sent()
 
     def _cancel_http(self, action: CancelHttp) -> None:
+        self._http_conns.pop(action.op, None)
         entry = self._http.pop(action.op, None)
         if entry is not None:
             entry[0].set()
@@ -478,3 +509,5 @@ class Driver:
         """Stop: close every connection, terminate every process; `on_idle` fires when done."""
         self._stopping = True
         self.feed(Shutdown())
+        for cancelled, _ in self._http.values():  # calls whose connection has not closed yet
+            cancelled.set()

@@ -1,17 +1,23 @@
 """The blocking work behind ``http/request``: HTTP/1.1 with h11 over our own sockets.
 
-Runs on a worker thread. `fetch` yields the response head, then body pieces; the driver turns
-them into the core's ``Http*`` events. TLS comes from the standard library with its default
-(verifying) context. Redirects are followed unless the request says stop.
+Runs on a `Pool` of its own, so a hung server never holds up fs calls. `fetch` yields the
+response head, then body pieces; the driver turns them into the core's ``Http*`` events. TLS
+comes from the standard library with its default (verifying) context. Redirects are followed
+unless the request says stop. Every wait is cut into `SLICE`s, so a cancelled call (its client
+gone, or the server stopping) lets go of its thread within one.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import queue
+import select
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urljoin, urlsplit
 
 import h11
@@ -20,6 +26,54 @@ from execproto import HttpRequest
 
 MAX_REDIRECTS = 10
 REDIRECTS = (301, 302, 303, 307, 308)
+# Without `timeoutMs`, each step (connect, send, a read) must progress within this many seconds:
+# a server that never answers cannot hold a call forever, and a long download is not cut off.
+IDLE_TIMEOUT = 30.0
+MAX_BODY = 64 << 20  # a response body read whole (not streamed); past it the call fails
+SLICE = 0.25  # seconds a blocking wait lasts before the cancel flag is looked at again
+WORKERS = 8  # threads for http calls; more calls wait their turn, fs calls never do
+
+
+class Pool:
+    """A few daemon threads for http calls. Daemons, since a call stuck where no cancel reaches
+    (a name lookup, a TLS handshake) must not keep the process from exiting."""
+
+    def __init__(self, workers: int = WORKERS) -> None:
+        self._work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._workers = workers
+        self._started = 0
+        self._idle = 0  # threads waiting for work
+        self._queued = 0  # calls not yet taken by a thread
+        self._lock = threading.Lock()
+
+    def submit(self, work: Callable[[], None]) -> None:
+        with self._lock:
+            self._queued += 1
+            if self._queued > self._idle and self._started < self._workers:
+                self._started += 1
+                threading.Thread(target=self._run, name="execproto-http", daemon=True).start()
+        self._work.put(work)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            work = self._work.get()
+            with self._lock:
+                self._idle -= 1
+                self._queued -= 1
+            work()  # it answers for itself, failures included
+
+
+def whole(pieces: Iterable[bytes], url: str) -> bytes:
+    """A body read whole, refused past MAX_BODY."""
+    body = bytearray()
+    for piece in pieces:
+        body += piece
+        if len(body) > MAX_BODY:
+            raise HttpFailure(f"response body over {MAX_BODY >> 20} MiB from ({url}): "
+                              "stream it instead")
+    return bytes(body)
 
 
 class HttpFailure(Exception):
@@ -68,26 +122,56 @@ class _Exchange:
         self._conn = h11.Connection(h11.CLIENT)
         secure = parts.scheme.lower() == "https"
         host = parts.hostname or ""
+        self._url = url
         try:
-            sock = socket.create_connection((host, parts.port or (443 if secure else 80)),
-                                            timeout=self._remaining())
+            sock = self._connect(host, parts.port or (443 if secure else 80))
+            sock.settimeout(self._remaining())
             if secure:
                 sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         except (OSError, ssl.SSLError) as exc:
             raise HttpFailure(f"error sending request for url ({url}): {exc}") from None
         self._sock = sock
-        self._url = url
 
     def close(self) -> None:
         self._sock.close()
 
-    def _remaining(self) -> float | None:
+    def _remaining(self) -> float:
+        """Seconds the next step may take: to the call's deadline, or IDLE_TIMEOUT."""
+        if self._cancelled.is_set():
+            raise HttpFailure("request cancelled")
         if self._deadline is None:
-            return None
+            return IDLE_TIMEOUT
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise HttpFailure(f"operation timed out for url ({self._url})")
         return left
+
+    def _connect(self, host: str, port: int) -> socket.socket:
+        """Connect in slices, to notice a cancel; the first address that answers wins."""
+        failure: OSError = OSError(f"no address for {host}")
+        for family, kind, proto, _, address in socket.getaddrinfo(host, port,
+                                                                  type=socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            code = sock.connect_ex(address)
+            if code == errno.EINPROGRESS:
+                code = self._await_connect(sock)
+            if code == 0:
+                return sock
+            sock.close()
+            failure = OSError(code, os.strerror(code))
+        raise failure
+
+    def _await_connect(self, sock: socket.socket) -> int:
+        poller = select.poll()
+        poller.register(sock, select.POLLOUT)
+        limit = time.monotonic() + self._remaining()
+        while not poller.poll(min(SLICE, max(0.0, limit - time.monotonic())) * 1000):
+            if time.monotonic() >= limit or self._cancelled.is_set():
+                sock.close()
+                self._remaining()  # says which: cancelled, or past the deadline
+                raise HttpFailure(f"operation timed out for url ({self._url})")
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
 
     def _write(self, data: bytes | None) -> None:
         if data:
@@ -102,13 +186,22 @@ class _Exchange:
             if event is not h11.NEED_DATA:
                 return event
             try:
-                self._sock.settimeout(self._remaining())
-                data = self._sock.recv(1 << 16)
-            except TimeoutError:
-                raise HttpFailure(f"operation timed out for url ({self._url})") from None
+                data = self._recv()
             except OSError as exc:
                 raise HttpFailure(f"error reading response for url ({self._url}): {exc}") from None
             self._conn.receive_data(data)
+
+    def _recv(self) -> bytes:
+        limit = time.monotonic() + self._remaining()
+        while True:
+            left = limit - time.monotonic()
+            if left <= 0:
+                raise HttpFailure(f"operation timed out for url ({self._url})")
+            self._sock.settimeout(min(SLICE, left))
+            try:
+                return self._sock.recv(1 << 16)
+            except TimeoutError:
+                self._remaining()  # cancelled, or past the deadline: raises
 
     def send(self, method: str, headers: tuple[tuple[str, str], ...], body: bytes | None) -> Head:
         parts = self._parts

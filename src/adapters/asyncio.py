@@ -51,7 +51,10 @@ class _Loop:
         return self._loop.call_at(when, callback).cancel
 
     def post(self, call: Callable[[], None]) -> None:
-        self._loop.call_soon_threadsafe(call)
+        try:
+            self._loop.call_soon_threadsafe(call)
+        except RuntimeError:
+            pass  # the loop is closed: a late worker (an http call let go) has nobody to tell
 
     def run_blocking(self, work: Callable[[], Any], done: Callable[[Any], None]) -> None:
         future = self._loop.run_in_executor(None, work)

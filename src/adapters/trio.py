@@ -98,7 +98,10 @@ class _Loop:
         return scope.cancel
 
     def post(self, call: Callable[[], None]) -> None:
-        self._token.run_sync_soon(call)
+        try:
+            self._token.run_sync_soon(call)
+        except trio.RunFinishedError:
+            pass  # a late worker (an http call let go) has nobody to tell
 
     def run_blocking(self, work: Callable[[], Any], done: Callable[[Any], None]) -> None:
         async def task() -> None:

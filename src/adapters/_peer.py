@@ -42,6 +42,10 @@ LOW_WATER = 1 << 20
 # connection waits (the answer is scheduled, nothing sleeps).
 AUTH_DELAY = 0.5
 
+# Pings in a row the client may leave unanswered: at the next one its connection is closed,
+# and its session detaches, to be resumed.
+MISSED_PONGS = 2
+
 
 class Gate:
     """One server's bounds on connections still in their websocket upgrade.
@@ -188,6 +192,7 @@ class WsPeer(Peer):
         self._abort = abort
         self._send_timeout = gate.send_timeout
         self._stuck_since: Callable[[], None] | None = None  # cancels the send timeout
+        self._unanswered = 0  # our pings since the last pong
         self._socket = ServerSocket(token=token)
         self._label = label
         self._gate: Gate | None = gate  # until the upgrade is done or the connection gone
@@ -219,6 +224,8 @@ class WsPeer(Peer):
     def received(self, data: bytes, label: str) -> None:
         """Bytes from the socket (b"" at EOF). ``label`` names the peer in messages."""
         got = self._socket.receive(data)
+        if got.pongs:
+            self._unanswered = 0
         if got.refused is not None:
             log.warning("connection from %s refused: %s", label, got.refused,
                         extra={"fields": {"peer": label, "refused": got.refused}})
@@ -250,6 +257,7 @@ class WsPeer(Peer):
 
     def drained(self) -> None:
         self._unstuck()
+        self._unanswered = 0  # a pong may still be unread behind the requests held back
         super().drained()
 
     def _unstuck(self) -> None:
@@ -286,8 +294,19 @@ class WsPeer(Peer):
             self.hang_up()
 
     def ping(self) -> None:
-        if self.open and not self.closing:
-            self.write((self._socket.ping(),))
+        # While blocked nothing is read, pongs included: the send timeout covers that case.
+        if not self.open or self.closing or self.stuck:
+            return
+        if self._unanswered >= MISSED_PONGS:
+            log.warning("connection %d from %s closed: %d pings unanswered", self.conn,
+                        self._label, self._unanswered,
+                        extra={"fields": {"conn": self.conn, "peer": self._label,
+                                          "closed": "no pong"}})
+            self.closing = True
+            self._abort()
+            return
+        self._unanswered += 1
+        self.write((self._socket.ping(),))
 
 
 class StdioPeer(Peer):

@@ -21,6 +21,7 @@ from wsproto.events import (
     BytesMessage,
     CloseConnection,
     Ping,
+    Pong,
     Request,
     TextMessage,
 )
@@ -28,6 +29,12 @@ from wsproto.utilities import RemoteProtocolError
 
 MAX_MESSAGE = 64 << 20  # bytes in one message, after which the connection is closed with 1009
 MESSAGE_TOO_BIG = 1009
+# Frames are parsed one at a time at some 25 us each, all on the thread that serves everyone:
+# a message in more fragments than this, or more pings than this between two of ours, closes
+# the connection rather than hold the others up (3M one-byte fragments once took 26 s).
+MAX_FRAGMENTS = 4096
+MAX_PINGS = 1024
+POLICY_VIOLATION = 1008
 
 
 def text_frame_header(length: int) -> bytes:
@@ -48,6 +55,7 @@ class Received:
     messages: list[bytes | str] = attrs.field(factory=list)
     closed: bool = False  # the peer is done, or was refused: close once `send` is written
     refused: str | None = None  # why the upgrade was refused (for the log), if it was
+    pongs: int = 0  # answers to our pings
     # A wrong token: the adapter sends `send` only after a pause, so guessing is slow.
     delayed: bool = False
 
@@ -80,6 +88,7 @@ class ServerSocket:
         self._ws: WSConnection | None = None
         self._parts: list[Any] = []
         self._size = 0
+        self._pings = 0  # pings from the peer since our last one
         self.closed = False
 
     def receive(self, data: bytes) -> Received:
@@ -105,6 +114,7 @@ class ServerSocket:
             return b""
 
     def ping(self) -> bytes:
+        self._pings = 0
         return b"" if self._ws is None or self.closed else self._ws.send(Ping())
 
     # -- the upgrade ----------------------------------------------------------------------------
@@ -171,7 +181,14 @@ class ServerSocket:
                 elif isinstance(event, (TextMessage, BytesMessage)):
                     self._collect(event, out)
                 elif isinstance(event, Ping):
+                    self._pings += 1
+                    if self._pings > MAX_PINGS:
+                        out.send += self.close(POLICY_VIOLATION, "too many pings")
+                        out.closed = True
+                        return
                     out.send += ws.send(event.response())
+                elif isinstance(event, Pong):
+                    out.pongs += 1
                 elif isinstance(event, CloseConnection):
                     # Answer a close frame; a dropped TCP connection (1006) gets no answer.
                     if ws.state is ConnectionState.REMOTE_CLOSING:
@@ -192,8 +209,9 @@ class ServerSocket:
     def _collect(self, event: TextMessage | BytesMessage, out: Received) -> None:
         self._parts.append(event.data)
         self._size += len(event.data)
-        if self._size > self._max_message:
-            out.send += self.close(MESSAGE_TOO_BIG, "message too big")
+        if self._size > self._max_message or len(self._parts) > MAX_FRAGMENTS:
+            reason = "message too big" if self._size > self._max_message else "too many fragments"
+            out.send += self.close(MESSAGE_TOO_BIG, reason)
             out.closed = True
             return
         if event.message_finished:

@@ -153,8 +153,9 @@ class _WsConnection:
         self.peer.lost()
 
     def _send_ping(self) -> None:
-        self.peer.ping()
-        self._ping = self._loop.call_later(self._ping_interval, self._send_ping)
+        self.peer.ping()  # which may close the connection: a client that stopped answering
+        if not self._closed:
+            self._ping = self._loop.call_later(self._ping_interval, self._send_ping)
 
 
 def _listen(loop: asyncio.AbstractEventLoop, host: str, port: int,

@@ -2,7 +2,9 @@
 
 The thread that calls `serve` owns the core and runs every callback from one queue. Everything
 else only queues: a watcher thread turns descriptor readiness into callbacks, each socket has a
-reader thread (bytes in) and a writer thread (bytes out), blocking fs work runs in a pool.
+reader thread (bytes in) and a writer thread (bytes out) once its websocket upgrade is done
+(before that the watcher polls it, so half-open connections cost no threads), blocking fs work
+runs in a pool.
 Because the owner spawns every process, it must live as long as the server: `serve` blocks.
 """
 

@@ -213,12 +213,17 @@ class _StdinProtocol(asyncio.Protocol):
 
 class _StdoutProtocol(asyncio.Protocol):
     peer: StdioPeer | None = None
+    stdin: asyncio.ReadTransport | None = None  # not read while stdout is blocked
 
     def pause_writing(self) -> None:
+        if self.stdin is not None:
+            self.stdin.pause_reading()
         if self.peer is not None:
             self.peer.blocked()
 
     def resume_writing(self) -> None:
+        if self.stdin is not None and not self.stdin.is_closing():
+            self.stdin.resume_reading()
         if self.peer is not None:
             self.peer.drained()
 
@@ -251,7 +256,8 @@ async def serve(
         out_transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
         peer = StdioPeer(driver, out_transport.writelines, stop.set)
         out_protocol.peer = peer
-        await loop.connect_read_pipe(lambda: _StdinProtocol(peer, stop), sys.stdin)
+        out_protocol.stdin, _ = await loop.connect_read_pipe(lambda: _StdinProtocol(peer, stop),
+                                                             sys.stdin)
         peer.opened("stdio")
         listener = None
     else:

@@ -19,7 +19,7 @@ Each example builds a fresh core (cheap next to generating the example), so exam
 independent and a failure replays from hypothesis' printed example alone.
 
 Environment:
-- ``EXECPROTO_FUZZ_EXAMPLES``: examples per target (default 2000, a few seconds, for ``make
+- ``EXECPROTO_FUZZ_EXAMPLES``: examples per target (default 1000, a few seconds, for ``make
   test``; ``make fuzz-long`` sets a million).
 - ``EXECPROTO_FUZZ_BATCH`` (10000): examples per hypothesis run. A bigger budget is split into
   batches, each a fresh engine with its own seed, because one engine remembers every example it
@@ -83,7 +83,7 @@ from execproto import (
 from execproto import Config, Host
 
 # Examples per target.
-EXAMPLES = int(os.environ.get("EXECPROTO_FUZZ_EXAMPLES", "2000"))
+EXAMPLES = int(os.environ.get("EXECPROTO_FUZZ_EXAMPLES", "1000"))
 # Examples per hypothesis run, and processes running them (see `fuzz`).
 BATCH = int(os.environ.get("EXECPROTO_FUZZ_BATCH", "10000"))
 WORKERS = int(os.environ.get("EXECPROTO_FUZZ_WORKERS", "0")) or os.cpu_count() or 1

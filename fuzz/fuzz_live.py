@@ -8,7 +8,7 @@ session TTL has passed, the server must have no process left (nothing leaked) an
 
 Processes run under bubblewrap with a throwaway writable root, fs/* is confined to it, and no
 frame carries `http/request`: whatever the fuzzer makes up cannot touch this machine or the
-network. Budget: EXECPROTO_LIVE_FUZZ_EXAMPLES (100 in `make test`, 10,000 in `make fuzz-live`).
+network. Budget: EXECPROTO_LIVE_FUZZ_EXAMPLES (60 in `make test`, 10,000 in `make fuzz-live`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Request, TextMessage
 
-EXAMPLES = int(os.environ.get("EXECPROTO_LIVE_FUZZ_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("EXECPROTO_LIVE_FUZZ_EXAMPLES", "60"))
 TTL = 1.0
 GRACE = 0.2
 

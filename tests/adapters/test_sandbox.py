@@ -71,6 +71,19 @@ def server_run(request: pytest.FixtureRequest) -> tuple[str, tuple[str, ...]]:
     return adapter, prefix
 
 
+# The sandbox is the backend's, the same under every adapter: each attack runs on asyncio (as
+# root and as nobody), and those marked so on trio and threads too, to show the adapters
+# carry the same policy to the same backend.
+every_adapter = pytest.mark.every_adapter
+
+
+@pytest.fixture(autouse=True)
+def _asyncio_unless_marked(request: pytest.FixtureRequest) -> None:
+    run = request.node.callspec.params.get("server_run") if hasattr(request.node, "callspec") else None
+    if run is not None and run[0] != "asyncio" and request.node.get_closest_marker("every_adapter") is None:
+        pytest.skip("the sandbox is the backend's: this attack runs on asyncio, as root and as nobody")
+
+
 @pytest.fixture(scope="module")
 def privileged(server_run: tuple[str, tuple[str, ...]]) -> bool:
     """Whether the server runs as root."""
@@ -111,6 +124,7 @@ def _target(places: dict[str, Path], where: str) -> Path:
 # -- what a profile allows ------------------------------------------------------------------------
 
 
+@every_adapter
 def test_the_read_only_profile_denies_every_write(plain: tuple[Server, Client],
                                                   places: dict[str, Path]) -> None:
     _, client = plain
@@ -124,6 +138,7 @@ def test_the_read_only_profile_denies_every_write(plain: tuple[Server, Client],
     assert not inside.exists() and not outside.exists() and not tmp.exists()
 
 
+@every_adapter
 def test_workspace_write_writes_the_workspace_and_tmp_only(plain: tuple[Server, Client],
                                                           places: dict[str, Path]) -> None:
     _, client = plain
@@ -182,6 +197,7 @@ def _connect(port: int) -> str:
             f"timeout=2); print('CONNECTED')\"")
 
 
+@every_adapter
 def test_the_hosts_loopback_is_unreachable(plain: tuple[Server, Client],
                                            floored: tuple[Server, Client],
                                            places: dict[str, Path]) -> None:
@@ -245,6 +261,7 @@ def _quote(text: str) -> str:
 # -- the operator's floor -------------------------------------------------------------------------
 
 
+@every_adapter
 def test_a_client_cannot_widen_the_operators_floor(floored: tuple[Server, Client],
                                                    places: dict[str, Path]) -> None:
     _, client = floored
@@ -428,6 +445,7 @@ def _still_running(pid: int, started: str) -> bool:
     return fields is not None and fields[19] == started and fields[0] != "Z"
 
 
+@every_adapter
 def test_the_server_takes_its_sandboxed_processes_with_it(
         server_run: tuple[str, tuple[str, ...]], places: dict[str, Path]) -> None:
     server = Server(server_run[0], prefix=server_run[1])
@@ -455,6 +473,7 @@ def _write(client: Client, path: Path, sandbox: object) -> dict[str, object]:
     return client.call("fs/writeFile", {"path": uri(path), "dataBase64": "eA==", "sandbox": sandbox})
 
 
+@every_adapter
 def test_fs_calls_obey_the_clients_sandbox(plain: tuple[Server, Client],
                                            places: dict[str, Path]) -> None:
     _, client = plain

@@ -190,7 +190,8 @@ class Driver:
             self._children[action.proc].signal_group("KILL")
         elif isinstance(action, RunFs):
             self.feed(FsCompleted(op=action.op, error=RpcError(-32603, f"failed: {why}")))
-        elif isinstance(action, RunHttp) and self._http.pop(action.op, None) is not None:
+        elif isinstance(action, RunHttp):  # whatever its worker may still post is dropped
+            self._http.pop(action.op, None)
             self.feed(HttpFinished(op=action.op, error=why))
         elif isinstance(action, (Send, CloseConnection)) and action.conn in self.peers:
             self.peers[action.conn].close(1011, "internal error")

@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test reference typecheck coverage fuzz-long fuzz-live bench compare clean
+.PHONY: serve test checks live reference typecheck coverage fuzz-long fuzz-live bench compare clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,14 @@ LISTEN ?= ws://127.0.0.1:8765
 serve: $(VENV)/.installed
 	$(BIN)/execproto serve --listen $(LISTEN)
 
-test: $(VENV)/.installed reference typecheck coverage
+# The core's checks (CPU-bound) and the live suite (mostly waiting on processes and sockets)
+# run side by side on the two cores; each one's output is shown whole when it ends.
+test: $(VENV)/.installed reference
+	$(MAKE) --no-print-directory -j2 --output-sync=target checks live
+
+checks: typecheck coverage
+
+live: $(VENV)/.installed
 	$(BIN)/python -m pytest tests --ignore=tests/core fuzz
 
 # The reference codex, which some tests compare with or drive (tests/reference.py finds it).

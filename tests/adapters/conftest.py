@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,6 +86,22 @@ def start(client: Client, process_id: str, argv: list[str], **extra: object) -> 
               "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, "tty": False}
     params.update(extra)
     return client.call("process/start", params)
+
+
+# What a probe client's start-to-closed may take while an attack runs. The target is 1 s, and
+# bench/attack.py measures it; a test only tells served from starved, so it allows for a loaded
+# machine.
+STARVED = 3.0
+
+
+def served(server: Server, name: str) -> float:
+    """Seconds a fresh client takes to run `true` to its close: is the server serving others?"""
+    began = time.monotonic()
+    client = server.client()
+    start(client, name, ["true"])
+    client.events_until_closed(name)
+    client.close()
+    return time.monotonic() - began
 
 
 def alive(pid: int) -> bool:

@@ -9,18 +9,9 @@ from wsproto.events import Ping, TextMessage
 
 from execproto.adapters._ws import MAX_FRAGMENTS, MAX_PINGS
 
-from .conftest import Server, start
+from .conftest import STARVED, Server, served, start
 from .test_limits import rss_mib
 from .wsclient import Client, Closed
-
-
-def probe(server: Server, name: str) -> float:
-    began = time.monotonic()
-    client = server.client()
-    start(client, name, ["true"])
-    client.events_until_closed(name)
-    client.close()
-    return time.monotonic() - began
 
 
 def test_a_client_that_stops_answering_pings_is_closed_and_can_resume(adapter: str) -> None:
@@ -62,7 +53,7 @@ def test_a_ping_flood_is_bounded_and_then_closed(server: Server) -> None:
     flood = server.client()
     flood.sock.sendall(b"".join(flood.ws.send(Ping(payload=b"x" * 125))
                                 for _ in range(MAX_PINGS + 10)))
-    assert probe(server, "probe") < 1
+    assert served(server, "probe") < STARVED
     closed_by_server(flood, 1008)
     assert rss_mib(server.process.pid) < baseline + 50
 
@@ -76,7 +67,7 @@ def test_a_message_in_too_many_fragments_is_closed_quickly(server: Server) -> No
         flood.sock.sendall(frames)
     except OSError:
         pass  # closed before it all went: as it should
-    assert probe(server, "probe") < 1
+    assert served(server, "probe") < STARVED
     closed_by_server(flood, 1009)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import selectors
 import socket
 import time
 from collections.abc import Iterator
@@ -71,12 +72,40 @@ def test_a_finished_upgrade_is_not_timed_out(quick: Server) -> None:
     client.close()
 
 
+def closed_within(socks: list[socket.socket], enough: int, limit: float) -> int:
+    """How many of ``socks`` the server closes within ``limit`` seconds (counting stops at
+    ``enough``), all watched together."""
+    waiting = selectors.DefaultSelector()
+    for sock in socks:
+        sock.setblocking(False)
+        waiting.register(sock, selectors.EVENT_READ)
+    deadline = time.monotonic() + limit
+    closed = 0
+    while closed < enough and (left := deadline - time.monotonic()) > 0:
+        for key, _ in waiting.select(left):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            try:
+                if sock.recv(4096):
+                    continue
+            except BlockingIOError:
+                continue
+            except ConnectionResetError:
+                pass
+            waiting.unregister(sock)
+            closed += 1
+    waiting.close()
+    return closed
+
+
 def test_many_half_open_connections_leave_room_for_a_client(server: Server) -> None:
     cap = Config().max_upgrading
     crowd = [half_open(server.url, PARTIAL if i % 2 else b"") for i in range(400)]
-    # Past the cap they were turned away at once rather than held.
-    turned_away = [closed_after(sock) for sock in crowd[-(400 - 2 * cap):]]
-    assert max(turned_away) < Config().handshake_timeout / 2, turned_away
+    # Past the cap they were turned away at once rather than held. Which ones is a matter of
+    # timing (on a slow machine a late one may take the place of an oldest that has had its
+    # spare second), but never more than the cap are held.
+    enough = len(crowd) - cap
+    assert closed_within(crowd, enough, Config().handshake_timeout / 2) == enough
     # Those held have had their spare second: a client that finishes its upgrade takes the
     # place of the oldest, and is served as if nobody else were there.
     time.sleep(Gate.SPARE * 1.5)

@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test checks live reference typecheck coverage fuzz-long fuzz-live bench compare clean
+.PHONY: serve test checks live live-1 live-2 reference typecheck coverage fuzz-long fuzz-live bench compare clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,15 +19,20 @@ LISTEN ?= ws://127.0.0.1:8765
 serve: $(VENV)/.installed
 	$(BIN)/execproto serve --listen $(LISTEN)
 
-# The core's checks (CPU-bound) and the live suite (mostly waiting on processes and sockets)
-# run side by side on the two cores; each one's output is shown whole when it ends.
+# The core's checks (CPU-bound) and the live suite (mostly waiting on processes, sockets and
+# timeouts, so split in two halves by tests/shard.py) run side by side on the two cores; each
+# one's output is shown whole when it ends.
 test: $(VENV)/.installed reference
-	$(MAKE) --no-print-directory -j2 --output-sync=target checks live
+	$(MAKE) --no-print-directory -j3 --output-sync=target checks live-1 live-2
 
 checks: typecheck coverage
 
+LIVE := tests --ignore=tests/core fuzz
 live: $(VENV)/.installed
-	$(BIN)/python -m pytest tests --ignore=tests/core fuzz
+	$(BIN)/python -m pytest $(LIVE)
+
+live-%: $(VENV)/.installed
+	$(BIN)/python -m pytest -p tests.shard --shard $*/2 $(LIVE)
 
 # The reference codex, which some tests compare with or drive (tests/reference.py finds it).
 # Without npm, or when the install fails, those tests are skipped: the build goes on.

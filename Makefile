@@ -31,7 +31,7 @@ LIVE := tests --ignore=tests/core fuzz
 live: $(VENV)/.installed
 	$(BIN)/python -m pytest $(LIVE)
 
-live-%: $(VENV)/.installed
+live-1 live-2: live-%: $(VENV)/.installed
 	$(BIN)/python -m pytest -p tests.shard --shard $*/2 $(LIVE)
 
 # The reference codex, which some tests compare with or drive (tests/reference.py finds it).

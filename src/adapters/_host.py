@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import tempfile
 from typing import Any
@@ -55,5 +56,29 @@ def environment_info() -> dict[str, Any]:
     }
 
 
+# What `execproto serve` raises its soft descriptor limit to, when the hard limit allows: room for
+# every process and connection the default limits allow (Config, _descriptors). No higher,
+# because the processes it runs inherit the limit, and some programs walk every possible
+# descriptor when they start.
+WANTED_DESCRIPTORS = 8192
+
+
+def raise_descriptor_limit(wanted: int = WANTED_DESCRIPTORS) -> int:
+    """Raise the soft RLIMIT_NOFILE towards ``wanted`` (never above the hard limit, never
+    lower than it is); the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
+
+
+def descriptor_limit() -> int | None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 def this_host() -> Host:
-    return Host(environment_info=environment_info(), env=dict(os.environ))
+    return Host(environment_info=environment_info(), env=dict(os.environ),
+                descriptor_limit=descriptor_limit())

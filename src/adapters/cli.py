@@ -19,7 +19,9 @@ from typing import IO, NoReturn
 
 from execproto import Config, replay
 
-from . import _exec, _logs, backends
+from execproto._descriptors import PER_PROCESS, budget
+
+from . import _exec, _host, _logs, backends
 from ._errors import UsageError, leaves
 from ._listen import Listen, ListenError
 from .backends import Backend
@@ -103,6 +105,9 @@ def _parser() -> _Parser:
     serve.add_argument("--handshake-timeout", type=float, default=Config().handshake_timeout,
                        help="seconds a connection gets to finish its websocket upgrade "
                             "(default %(default)s)")
+    serve.add_argument("--max-connections", type=int, default=Config().max_connections,
+                       metavar="N", help="connections served at once; past it a new one is "
+                            "closed (default %(default)s)")
     serve.add_argument("--send-timeout", type=float, default=Config().send_timeout,
                        help="seconds a client may leave its answers unread before it is "
                             "disconnected (default %(default)s)")
@@ -149,7 +154,7 @@ def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None]:
         raise UsageError(f"refusing to listen on {args.listen} without --auth-token-file: "
                          "anyone who can reach it could run programs here")
     for name in ("session_ttl", "kill_grace", "ping_interval", "retention_bytes",
-                 "handshake_timeout", "send_timeout"):
+                 "handshake_timeout", "send_timeout", "max_connections"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     for root in args.fs_root:
@@ -176,7 +181,9 @@ def _serve(args: argparse.Namespace) -> int:
         kill_grace=args.kill_grace,
         handshake_timeout=args.handshake_timeout,
         send_timeout=args.send_timeout,
+        max_connections=args.max_connections,
     )
+    _fit_descriptors(config)
     bound = False
 
     def ready(address: str) -> None:
@@ -214,6 +221,15 @@ def _serve(args: argparse.Namespace) -> int:
         if trace_file is not None:
             trace_file.close()
     return 0
+
+
+def _fit_descriptors(config: Config) -> None:
+    """Raise the descriptor limit to what the limits need, and say so when it stays short."""
+    limit = _host.raise_descriptor_limit()
+    room = budget(config, limit)
+    if room is not None and room < PER_PROCESS * config.max_processes:
+        log.warning("the descriptor limit (ulimit -n) is %d: room for %d processes at once "
+                    "rather than %d", limit, room // PER_PROCESS, config.max_processes)
 
 
 def _open_trace(path: Path) -> IO[str]:

@@ -33,6 +33,10 @@ class Config:
     # cannot take every descriptor from the clients that finish theirs.
     handshake_timeout: float = 10.0
     max_upgrading: int = 64
+    # Connections past their upgrade, for the whole server: past it a new one is closed at once
+    # (1013, try again later), so connections cannot take the descriptors processes need, nor
+    # the other way round (see _descriptors).
+    max_connections: int = 256
     # Seconds a connection may stay blocked (more than the high-water mark waiting to be sent,
     # and its requests no longer read) before it is closed: its client reads nothing.
     send_timeout: float = 60.0
@@ -52,3 +56,6 @@ class Host:
     environment_info: dict[str, Any] = attrs.field(factory=dict)
     # The server's own environment, for env policies that inherit from it.
     env: dict[str, str] = attrs.field(factory=dict)
+    # The server's limit on open file descriptors (RLIMIT_NOFILE), shared out by _descriptors;
+    # None: no limit is known, and none is kept.
+    descriptor_limit: int | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from . import _params, _sandbox
+from . import _descriptors, _params, _sandbox
 from ._actions import (
     CloseStdin,
     Finalize,
@@ -104,6 +104,7 @@ class ProcessHandlers(CoreState):
                 f"too many processes: a session runs at most {self.config.max_session_processes} "
                 "at once; wait for some to close"
             )
+        self._check_descriptors(_descriptors.PER_PROCESS)
 
     def _sandbox_for(self, p: _params.StartParams, env: dict[str, str]) -> Policy | None:
         """The client's sandbox narrowed by the operator's floor; -32602 if nothing here can

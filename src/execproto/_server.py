@@ -87,9 +87,11 @@ _FS_METHODS = (
     "fs/close",
 )
 
-# WebSocket close codes (RFC 6455): the peer broke the protocol; the server is going away.
+# WebSocket close codes (RFC 6455 and the IANA registry): the peer broke the protocol; the
+# server is going away; the server is overloaded, try again later.
 PROTOCOL_ERROR = 1002
 GOING_AWAY = 1001
+TRY_AGAIN_LATER = 1013
 
 
 class ServerCore(ProcessHandlers, WatchHandlers):
@@ -188,6 +190,9 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         self._conns[event.conn] = c
         if self._shutting_down:
             self._close_connection(c, "server shutting down", GOING_AWAY)
+        elif len(self._conns) > self.config.max_connections:
+            reason = f"too many connections: at most {self.config.max_connections}"
+            self._close_connection(c, reason, TRY_AGAIN_LATER)
 
     def _on_shutdown(self, event: Shutdown) -> None:
         self._shutting_down = True

@@ -200,6 +200,7 @@ class ServiceHandlers(CoreState):
                 raise invalid_request(
                     f"too many open file handles: at most {self.config.max_fs_handles}"
                 )
+            self._check_descriptors(1)
             # Reserved now, so the limit counts opens in flight; released if the open fails.
             c.fs_handles.add(handle_id)
         elif request.method in ("fs/readBlock", "fs/writeBlock") and handle_id not in c.fs_handles:

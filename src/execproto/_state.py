@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from . import _descriptors
 from ._actions import Action, Send
 from ._config import Config, Host
-from ._errors import LocalProtocolError, RpcError
+from ._errors import LocalProtocolError, RpcError, invalid_request
 from ._jsonrpc import Id, encode_error, encode_notification, encode_result
 from ._process import Process
 from ._session import Connection, Session
@@ -36,6 +37,8 @@ class CoreState:
         # Config.max_held_bytes); counted up as output arrives, counted afresh when a session
         # or process changes state.
         self._held_bytes = 0
+        # What processes and open fs handles may hold together (see _descriptors).
+        self._descriptor_budget = _descriptors.budget(config, host.descriptor_limit)
         self._next_proc = 1
         self._next_op = 1
         self._next_token = 1
@@ -54,6 +57,18 @@ class CoreState:
     def _notify(self, session: Session, method: str, params: Any) -> None:
         if session.conn is not None:
             self._actions.append(Send(conn=session.conn, data=encode_notification(method, params)))
+
+    def _check_descriptors(self, cost: int) -> None:
+        """Refuse what would take more descriptors than processes and fs handles may hold."""
+        budget = self._descriptor_budget
+        if budget is None:
+            return
+        in_use = _descriptors.PER_PROCESS * len(self._procs)
+        in_use += sum(len(c.fs_handles) for c in self._conns.values())
+        if in_use + cost > budget:
+            limit = self.host.descriptor_limit
+            assert limit is not None
+            raise invalid_request(_descriptors.refusal(limit, budget))
 
     def _set_timer(self, key: Hashable, delay: float) -> None:
         self._timers.set(key, self._now + delay)

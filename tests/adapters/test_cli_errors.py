@@ -77,6 +77,7 @@ MISTAKES = [
     ("serve --session-ttl 0", 2, "--session-ttl must be positive"),
     ("serve --kill-grace soon", 2, "invalid float value: 'soon'"),
     ("serve --retention-bytes -1", 2, "--retention-bytes must be positive"),
+    ("serve --max-connections 0", 2, "--max-connections must be positive"),
     (f"serve --fs-root {MISSING}", 2, f"--fs-root {MISSING} is not a directory"),
     (f"serve --writable-root {MISSING}", 2, "need --sandbox bwrap"),
     (f"serve --sandbox bwrap --writable-root {MISSING}", 2, MISSING),

@@ -130,7 +130,8 @@ def test_recorder_writes_a_header_then_one_line_per_call() -> None:
         "format": FORMAT,
         "version": VERSION,
         "config": attrs.asdict(config),
-        "host": {"environment_info": {"cwd": "file:///"}, "env": {"A": "1"}},
+        "host": {"environment_info": {"cwd": "file:///"}, "env": {"A": "1"},
+                 "descriptor_limit": None},
     }
     assert load_header(lines[0]) == (config, host)
 

@@ -94,12 +94,17 @@ GOING_AWAY = 1001
 TRY_AGAIN_LATER = 1013
 
 
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 class ServerCore(ProcessHandlers, WatchHandlers):
     """The exec-server protocol. Drive it with `handle`; sleep until `next_deadline`."""
 
     def __init__(self, config: Config | None = None, host: Host | None = None) -> None:
         super().__init__(config or Config(), host or Host())
         self._shutting_down = False
+        self._error: BaseException | None = None
         self._event_handlers: dict[type, Callable[[Any], None]] = {
             ConnectionOpened: self._on_connection_opened,
             MessageReceived: self._on_message,
@@ -157,13 +162,30 @@ class ServerCore(ProcessHandlers, WatchHandlers):
     def handle(self, event: Event, now: float) -> list[Action]:
         """Apply one event at time ``now`` (seconds, monotonic); return the actions, in order.
 
-        Raises `LocalProtocolError` if the event is impossible (an adapter bug); the core's
-        state is then unspecified. A peer's mistakes never raise: they become actions.
+        Raises `LocalProtocolError` if the event is impossible (an adapter bug). An event naming
+        a connection or process it cannot name, or a stream that is not open, is refused before
+        anything is applied. Any exception that escapes (that error, or a bug of the core's own,
+        which propagates unchanged) stops the core, as h11's ERROR state does: `error` holds it,
+        `next_deadline` is None and every later call raises `LocalProtocolError` naming it,
+        since a call cut short may have applied part of its work and lost the actions it made.
+        A peer's mistakes never raise: they become actions.
         """
+        if self._error is not None:
+            raise LocalProtocolError(
+                f"the core stopped after an earlier error: {_describe(self._error)}"
+            ) from self._error
+        try:
+            return self._handle(event, now)
+        except BaseException as exc:
+            self._error = exc
+            raise
+
+    def _handle(self, event: Event, now: float) -> list[Action]:
         try:
             handler = self._event_handlers[type(event)]
         except KeyError:
             raise LocalProtocolError(f"not an event: {type(event).__name__}") from None
+        self._check_references(event)
         self._now = now
         self._actions = []
         # Deadlines that passed come first, whatever the event: a message that arrives after a
@@ -172,9 +194,33 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         handler(event)
         return self._actions
 
+    def _check_references(self, event: Event) -> None:
+        """Refuse, before the deadlines run, an event the deadlines cannot make possible: they
+        never open a connection, issue a handle or reopen a stream, so the event would raise
+        after them all the same, with their actions lost."""
+        if isinstance(event, ConnectionOpened):
+            if event.conn in self._conns:
+                raise LocalProtocolError(f"connection {event.conn} is already open")
+        elif isinstance(event, (MessageReceived, ConnectionClosed, SendBlocked, SendDrained)):
+            self._connection(event.conn)
+        elif isinstance(event, (ProcessSpawned, SpawnFailed, OutputReceived, StreamClosed,
+                                ProcessExited, FinalizeFailed)):
+            process = self._live_process(event.proc)
+            if (isinstance(event, (OutputReceived, StreamClosed)) and process is not None
+                    and event.stream not in process.open_streams):
+                raise LocalProtocolError(f"process {event.proc}: {event.stream!r} is not open")
+
     def next_deadline(self) -> float | None:
-        """The earliest time a `Tick` is due, or None when nothing waits on time."""
+        """The earliest time a `Tick` is due, or None when nothing waits on time (or the core
+        has stopped: see `error`)."""
+        if self._error is not None:
+            return None
         return self._timers.next_deadline()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that stopped the core, or None while it runs (see `handle`)."""
+        return self._error
 
     @property
     def idle(self) -> bool:

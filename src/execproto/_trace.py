@@ -2,7 +2,8 @@
 
 Line 1 is a header: format, version, the `Config` and the `Host` facts. Every further line is one
 call: ``{"t": now, "event": ..., "actions": [...]}``, or ``"error"`` in place of ``"actions"`` when
-the call raised `LocalProtocolError`. Events and actions are written as their attrs fields with
+the call raised (`LocalProtocolError`, or a bug of the core's, which stops it; see
+`ServerCore.handle`). Events and actions are written as their attrs fields with
 ``"$type"`` naming the class; bytes are ``{"$bytes": base64}``. Because the core is deterministic,
 replaying the events at the recorded times must give the recorded actions, step for step.
 
@@ -110,8 +111,8 @@ class Recorder:
         step: dict[str, Any] = {"t": now, "event": to_json(self._shown(event))}
         try:
             actions = self.core.handle(event, now)
-        except LocalProtocolError as exc:
-            step["error"] = str(exc)
+        except Exception as exc:  # the step that stopped the core is the one worth keeping
+            step["error"] = error_text(exc)
             self._sink(_dumps(step))
             raise
         step["actions"] = [to_json(self._shown(action)) for action in actions]
@@ -122,12 +123,21 @@ class Recorder:
         return self.core.next_deadline()
 
     @property
+    def error(self) -> BaseException | None:
+        return self.core.error
+
+    @property
     def idle(self) -> bool:
         return self.core.idle
 
 
 def _same(value: Any) -> Any:
     return value
+
+
+def error_text(exc: Exception) -> str:
+    """A step's ``"error"``: the message of a `LocalProtocolError`, else the type too."""
+    return str(exc) if isinstance(exc, LocalProtocolError) else f"{type(exc).__name__}: {exc}"
 
 
 @attrs.frozen(kw_only=True)
@@ -160,8 +170,8 @@ def replay(lines: Iterable[str]) -> ReplayResult:
         event = from_json(step["event"])
         try:
             actual: Any = json.loads(_dumps([to_json(a) for a in core.handle(event, step["t"])]))
-        except LocalProtocolError as exc:
-            actual = {"error": str(exc)}
+        except Exception as exc:
+            actual = {"error": error_text(exc)}
         expected = step["actions"] if "actions" in step else {"error": step["error"]}
         if actual != expected:
             return ReplayResult(ok=False, steps=steps, step=steps, expected=expected, actual=actual)

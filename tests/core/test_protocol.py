@@ -826,11 +826,16 @@ def test_events_on_a_closed_connection_raise(h: Harness) -> None:
         h.core.core.handle(ConnectionClosed(conn=1), 0.0)
 
 
-def test_connection_opened_twice_raises_and_reopening_after_close_is_fine() -> None:
+def test_connection_opened_twice_raises() -> None:
     core = ServerCore()
     core.handle(ConnectionOpened(conn=1, session_id="s1"), 0.0)
     with pytest.raises(LocalProtocolError):
         core.handle(ConnectionOpened(conn=1, session_id="s2"), 0.0)
+
+
+def test_reopening_a_connection_after_its_close_is_fine() -> None:
+    core = ServerCore()
+    core.handle(ConnectionOpened(conn=1, session_id="s1"), 0.0)
     core.handle(ConnectionClosed(conn=1), 0.0)
     assert core.handle(ConnectionOpened(conn=1, session_id="s3"), 0.0) == []
 

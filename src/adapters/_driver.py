@@ -77,6 +77,16 @@ HTTP_RECHECK = 0.05  # seconds between looks at a blocked connection, for a wait
 # the other side only sees end-of-file when the line discipline gets ^D.
 END_OF_TERMINAL_INPUT = b"\x04"
 
+# After the core failed: how long the stop waits for the connections' close frames to go out
+# (a client that reads nothing must not hold the server up).
+CLOSE_WAIT = 1.0
+
+
+class CoreFailed(Exception):
+    """The server stopped because its core raised (a bug). It is logged with its traceback by
+    then, every connection closed (1011) and every process killed; the cause is the core's
+    exception."""
+
 
 class Loop(Protocol):
     """What the driver needs from an event loop. Every callback runs on the owner."""
@@ -131,6 +141,10 @@ class Driver:
         self._trimming = False  # a periodic release of free heap memory is scheduled
         self._stopping = False
         self.on_idle: Callable[[], None] | None = None  # called after a drain leaves it idle
+        # What the core raised, after which the driver only stops (see `_core_failed`); the
+        # adapter's `on_failure` starts the same stop as SIGTERM does.
+        self.failure: BaseException | None = None
+        self.on_failure: Callable[[], None] | None = None
         self.peers: dict[int, Peer] = {}  # open connections, by the handle the core knows
         self._conns = 0
         self.watches = Watches(loop, self.feed)
@@ -154,13 +168,21 @@ class Driver:
     # -- the owner ------------------------------------------------------------------------------
 
     def feed(self, event: Event) -> None:
+        if self.failure is not None:
+            self._stopped_after_failure()  # nothing can be handled any more: just stop
+            return
         self._queue.append(event)
         if self._busy:
             return  # the drain below is already running further up this stack
         self._busy = True
         try:
             while self._queue:
-                actions = self.core.handle(self._queue.popleft(), self.loop.now())
+                event = self._queue.popleft()
+                try:
+                    actions = self.core.handle(event, self.loop.now())
+                except Exception as exc:
+                    self._core_failed(event, exc)
+                    return
                 for action in actions:
                     try:
                         self._run[type(action)](action)
@@ -177,6 +199,51 @@ class Driver:
             self._trimming = True
             self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
         if self.on_idle is not None and self.core.idle:
+            self.on_idle()
+
+    def _core_failed(self, event: Event, exc: Exception) -> None:
+        """The core raised: its state is unknown and it refuses every further call, so the
+        server stops. Nothing it started may outlive it: every process group is killed and
+        reaped here, every connection closed; then the adapter stops as on SIGTERM."""
+        self.failure = exc
+        self._queue.clear()
+        log.critical("the server is stopping because its core failed on %s, a bug in execproto;"
+                     " every connection is closed and every process killed",
+                     type(event).__name__, exc_info=exc)
+        if self._cancel_tick is not None:
+            self._cancel_tick()
+            self._cancel_tick = None
+        for peer in list(self.peers.values()):
+            peer.close(1011, "internal error")
+        for proc, child in list(self._children.items()):
+            try:
+                child.signal_group("KILL")
+            except OSError:
+                log.exception("killing process %d failed", proc)
+            self._release(proc, child)
+        self._children.clear()
+        self._runs.clear()
+        for token in self._tokens.values():
+            try:
+                self.backend.finalize(token, "failed", None, True)
+            except Exception:
+                log.exception("the backend's finalize failed")
+        self._tokens.clear()
+        for cancelled, _ in self._http.values():
+            cancelled.set()
+        self._http.clear()
+        if self._stopping:  # failed while stopping: the stop goes on, with nothing left to do
+            self._stop_after_failure()
+        if self.on_failure is not None:
+            self.on_failure()
+
+    def _stop_after_failure(self) -> None:
+        self.loop.call_at(self.loop.now() + CLOSE_WAIT, partial(self._stopped_after_failure, True))
+        self._stopped_after_failure()
+
+    def _stopped_after_failure(self, waited: bool = False) -> None:
+        """Idle, once stopping, when the last connection is gone (its close frame sent)."""
+        if self._stopping and (waited or not self.peers) and self.on_idle is not None:
             self.on_idle()
 
     def _failed(self, action: Action, exc: Exception) -> None:
@@ -200,7 +267,8 @@ class Driver:
         """Output buffers come from the heap (see `_posix.keep_buffers_in_heap`); the memory
         of evicted logs and finished bursts is given back here, every TRIM_INTERVAL."""
         _posix.release_free_memory()
-        if not (self._stopping and self.core.idle):  # an embedding host's loop lives on
+        done = self.failure is not None or self.core.idle
+        if not (self._stopping and done):  # an embedding host's loop lives on
             self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
 
     def _schedule_tick(self) -> None:
@@ -507,8 +575,19 @@ class Driver:
     # -- shutdown -------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Stop: close every connection, terminate every process; `on_idle` fires when done."""
+        """Stop: close every connection, terminate every process; `on_idle` fires when done.
+        After a core failure everything is already killed: it fires once the connections are
+        gone, or after CLOSE_WAIT."""
         self._stopping = True
+        if self.failure is not None:
+            self._stop_after_failure()
+            return
         self.feed(Shutdown())
         for cancelled, _ in self._http.values():  # calls whose connection has not closed yet
             cancelled.set()
+
+    def raise_if_failed(self) -> None:
+        """After the stop: raise `CoreFailed` if it was the core's failure that stopped it."""
+        if self.failure is not None:
+            raise CoreFailed(f"the core failed: {type(self.failure).__name__}: "
+                             f"{self.failure}") from self.failure

@@ -15,7 +15,7 @@ from typing import Any
 
 from execproto import Config
 
-from ._driver import Driver
+from ._driver import CoreFailed, Driver
 from ._fs import Files
 from .backends import Backend
 from ._listen import ACCEPT_RETRY, EXHAUSTED, AcceptTrouble, Listen
@@ -244,13 +244,16 @@ async def serve(
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
 
     ``ready`` gets the bound address (``ws://IP:PORT``, or ``stdio``) once clients can connect.
-    Every process the server started is terminated and finalized before this returns.
+    Every process the server started is terminated and finalized before this returns. If the
+    core fails (a bug), ``stop`` is set, the server stops the same way with every process
+    killed, and this raises `CoreFailed`.
     """
     where = Listen.parse(listen)
     loop = asyncio.get_running_loop()
     core, backend = make_core(config, trace, backend, redact_trace)
     driver = Driver(core, _Loop(loop), Files(fs_roots, config.floor if config else None), backend)
     stop = stop if stop is not None else asyncio.Event()
+    driver.on_failure = stop.set
     if where.stdio:
         out_transport, out_protocol = await loop.connect_write_pipe(_StdoutProtocol, sys.stdout)
         out_transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
@@ -282,6 +285,7 @@ async def serve(
         driver.on_idle = idle.set
         driver.shutdown()
         await idle.wait()
+    driver.raise_if_failed()
 
 
 def run(listen: str, **options: Any) -> None:
@@ -294,4 +298,7 @@ def run(listen: str, **options: Any) -> None:
             loop.add_signal_handler(signum, stop.set)
         await serve(listen, stop=stop, **options)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except CoreFailed:
+        raise SystemExit(1) from None  # logged already, with its traceback

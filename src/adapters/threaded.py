@@ -27,7 +27,7 @@ from typing import Any
 
 from execproto import Config
 
-from ._driver import Driver
+from ._driver import CoreFailed, Driver
 from ._fs import Files
 from .backends import Backend
 from ._listen import ACCEPT_RETRY, EXHAUSTED, AcceptTrouble, Listen
@@ -366,7 +366,9 @@ def serve(
     """Serve on this thread until ``stop`` is set (or, for stdio, stdin ends); then shut down.
 
     ``ready`` gets the bound address (``ws://IP:PORT``, or ``stdio``) once clients can connect.
-    Every process the server started is terminated and finalized before this returns.
+    Every process the server started is terminated and finalized before this returns. If the
+    core fails (a bug), the server stops the same way with every process killed, and this
+    raises `CoreFailed`.
     """
     where = Listen.parse(listen)
     loop = _Loop()
@@ -374,6 +376,7 @@ def serve(
     driver = Driver(core, loop, Files(fs_roots, config.floor if config else None), backend)
     stop = stop if stop is not None else threading.Event()
     stopping = threading.Event()  # seen by the owner; set on the owner when `stop` fires
+    driver.on_failure = stopping.set
     def relay_stop() -> None:  # `stop` may be set from any thread; the owner must hear it
         stop.wait()
         loop.post(stopping.set)
@@ -424,6 +427,7 @@ def serve(
     driver.shutdown()
     loop.run_until(idle.is_set)
     loop.close()
+    driver.raise_if_failed()
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -478,5 +482,9 @@ def run(listen: str, **options: Any) -> None:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    serve(listen, stop=stop, **options)
-    sys.stdout.flush()
+    try:
+        serve(listen, stop=stop, **options)
+    except CoreFailed:
+        raise SystemExit(1) from None  # logged already, with its traceback
+    finally:
+        sys.stdout.flush()

@@ -21,7 +21,7 @@ import trio
 
 from execproto import Config
 
-from ._driver import Driver
+from ._driver import CoreFailed, Driver
 from ._fs import Files
 from .backends import Backend
 from ._listen import Listen, QuietRetries
@@ -228,7 +228,9 @@ async def serve(
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
 
     ``ready`` gets the bound address (``ws://IP:PORT``, or ``stdio``) once clients can connect.
-    Every process the server started is terminated and finalized before this returns.
+    Every process the server started is terminated and finalized before this returns. If the
+    core fails (a bug), ``stop`` is set, the server stops the same way with every process
+    killed, and this raises `CoreFailed`.
     """
     where = Listen.parse(listen)
     stop = stop if stop is not None else trio.Event()
@@ -236,6 +238,7 @@ async def serve(
     async with trio.open_nursery() as nursery:
         core, backend = make_core(config, trace, backend, redact_trace)
         driver = Driver(core, _Loop(nursery), Files(fs_roots, config.floor if config else None), backend)
+        driver.on_failure = stop.set
 
         gate = Gate(config)
 
@@ -311,12 +314,16 @@ async def serve(
         driver.shutdown()
         await idle.wait()
         nursery.cancel_scope.cancel()
+    driver.raise_if_failed()  # out of the nursery, so not wrapped in an exception group
 
 
 def run(listen: str, **options: Any) -> None:
     """Serve until SIGTERM or SIGINT (``execproto serve --adapter trio``)."""
 
+    failed = False
+
     async def main() -> None:
+        nonlocal failed
         stop = trio.Event()
 
         async def on_signals() -> None:
@@ -327,7 +334,12 @@ def run(listen: str, **options: Any) -> None:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(on_signals)
-            await serve(listen, stop=stop, **options)
+            try:
+                await serve(listen, stop=stop, **options)
+            except CoreFailed:
+                failed = True  # logged already, with its traceback
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+    if failed:
+        raise SystemExit(1)

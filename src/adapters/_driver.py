@@ -180,7 +180,7 @@ class Driver:
                 event = self._queue.popleft()
                 try:
                     actions = self.core.handle(event, self.loop.now())
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - logged there, and fatal
                     self._core_failed(event, exc)
                     return
                 for action in actions:

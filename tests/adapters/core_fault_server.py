@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sys
 
-from execproto import ServerCore
 from execproto.adapters import cli
+
+from execproto import ServerCore
 
 
 def _raise(*args: object) -> None:
@@ -17,5 +18,5 @@ def _raise(*args: object) -> None:
 
 
 if __name__ == "__main__":
-    setattr(ServerCore, "_environment_status", _raise)
+    ServerCore._environment_status = _raise  # type: ignore[method-assign,assignment]
     sys.exit(cli.main(sys.argv[1:]))

@@ -4,7 +4,8 @@ Runs on a `Pool` of its own, so a hung server never holds up fs calls. `fetch` y
 response head, then body pieces; the driver turns them into the core's ``Http*`` events. TLS
 comes from the standard library with its default (verifying) context. Redirects are followed
 unless the request says stop. Every wait is cut into `SLICE`s, so a cancelled call (its client
-gone, or the server stopping) lets go of its thread within one.
+gone, or the server stopping) lets go of its thread within one: the name lookup (`_lookup`),
+the connect, the TLS handshake, each send and each read.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import h11
 
 from execproto import HttpRequest
 
+from ._lookup import resolve, sliced
+
 MAX_REDIRECTS = 10
 REDIRECTS = (301, 302, 303, 307, 308)
 # Without `timeoutMs`, each step (connect, send, a read) must progress within this many seconds:
@@ -35,8 +38,8 @@ WORKERS = 8  # threads for http calls; more calls wait their turn, fs calls neve
 
 
 class Pool:
-    """A few daemon threads for http calls. Daemons, since a call stuck where no cancel reaches
-    (a name lookup, a TLS handshake) must not keep the process from exiting."""
+    """A few daemon threads for http calls. Daemons, so that a call between two slices never
+    keeps the process from exiting."""
 
     def __init__(self, workers: int = WORKERS) -> None:
         self._work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -125,11 +128,16 @@ class _Exchange:
         self._url = url
         try:
             sock = self._connect(host, parts.port or (443 if secure else 80))
-            sock.settimeout(self._remaining())
-            if secure:
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:
             raise HttpFailure(f"error sending request for url ({url}): {exc}") from None
+        try:
+            if secure:
+                sock = self._handshake(sock, host)
+        except BaseException as exc:
+            sock.close()
+            if isinstance(exc, OSError):  # ssl.SSLError included
+                raise HttpFailure(f"error sending request for url ({url}): {exc}") from None
+            raise
         self._sock = sock
 
     def close(self) -> None:
@@ -149,8 +157,8 @@ class _Exchange:
     def _connect(self, host: str, port: int) -> socket.socket:
         """Connect in slices, to notice a cancel; the first address that answers wins."""
         failure: OSError = OSError(f"no address for {host}")
-        for family, kind, proto, _, address in socket.getaddrinfo(host, port,
-                                                                  type=socket.SOCK_STREAM):
+        wait = sliced(SLICE, time.monotonic() + self._remaining(), self._check)
+        for family, kind, proto, _, address in resolve(host, port, wait):
             sock = socket.socket(family, kind, proto)
             sock.setblocking(False)
             code = sock.connect_ex(address)
@@ -173,10 +181,39 @@ class _Exchange:
                 raise HttpFailure(f"operation timed out for url ({self._url})")
         return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
 
+    def _check(self) -> None:
+        self._remaining()  # raises when cancelled or past the deadline
+
+    def _handshake(self, sock: socket.socket, host: str) -> ssl.SSLSocket:
+        tls = ssl.create_default_context().wrap_socket(sock, server_hostname=host,
+                                                       do_handshake_on_connect=False)
+        limit = time.monotonic() + self._remaining()
+        while True:
+            left = limit - time.monotonic()
+            if left <= 0:
+                raise HttpFailure(f"operation timed out for url ({self._url})")
+            tls.settimeout(min(SLICE, left))
+            try:
+                tls.do_handshake()
+                return tls
+            except TimeoutError:
+                self._check()
+
     def _write(self, data: bytes | None) -> None:
-        if data:
-            self._sock.settimeout(self._remaining())
-            self._sock.sendall(data)
+        """Send it all, in slices; without a deadline each piece sent restarts the idle time."""
+        view = memoryview(data or b"")
+        limit = time.monotonic() + self._remaining()
+        while view:
+            left = limit - time.monotonic()
+            if left <= 0:
+                raise HttpFailure(f"operation timed out for url ({self._url})")
+            self._sock.settimeout(min(SLICE, left))
+            try:
+                view = view[self._sock.send(view):]
+            except TimeoutError:
+                self._check()
+                continue
+            limit = time.monotonic() + self._remaining()
 
     def _next(self) -> object:
         while True:

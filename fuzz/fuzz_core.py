@@ -8,8 +8,8 @@ Two targets, each a hypothesis test that pytest collects and that atheris can dr
   legal, so nothing at all may escape ``handle()``, not even `LocalProtocolError`.
 - `test_event_sequences`: arbitrary adapter events, possible and impossible (output for a handle
   never issued, output after EOF, a second exit, a close of an unknown connection, ...).
-  ``handle()`` returns actions or raises `LocalProtocolError`; after that error the core's state is
-  unspecified, so the example stops there.
+  ``handle()`` returns actions or raises `LocalProtocolError`; after that error the core refuses
+  every further call (`ServerCore.error`), so the example stops there.
 
 Both check every action they get: a `Send` is UTF-8 JSON-RPC 2.0 (a response has an id and
 exactly one of result/error) addressed to an open connection; `Finalize` comes once per `Spawn`;

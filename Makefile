@@ -56,11 +56,11 @@ coverage: $(VENV)/.installed
 	$(BIN)/python -m coverage report --fail-under=95
 
 fuzz-long: $(VENV)/.installed
-	EXECPROTO_FUZZ_EXAMPLES=1000000 $(BIN)/python -m pytest fuzz -q -p no:cacheprovider
+	EXECPROTO_FUZZ_RANDOM=1 EXECPROTO_FUZZ_EXAMPLES=1000000 $(BIN)/python -m pytest fuzz -q -p no:cacheprovider
 
 # Random frames at a live server over a real websocket (processes run inside bubblewrap).
 fuzz-live: $(VENV)/.installed
-	EXECPROTO_LIVE_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest fuzz/fuzz_live.py -q -p no:cacheprovider
+	EXECPROTO_FUZZ_RANDOM=1 EXECPROTO_LIVE_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest fuzz/fuzz_live.py -q -p no:cacheprovider
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/core.py

@@ -196,6 +196,18 @@ class Scope:
         if RANK[self.granted(path, deep=deep)] < RANK[need]:
             raise _DENIED[need]
 
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` is there as far as this scope can see: outside it, or where the
+        policy grants nothing, nothing is, so asking tells nothing about what lies there."""
+        if not self.confined:
+            return os.path.exists(path)
+        try:
+            fd, _ = self.open(path, os.O_PATH, "read")
+        except (OSError, RpcError):
+            return False
+        os.close(fd)
+        return True
+
     # -- opening ---------------------------------------------------------------------------------
 
     def open(self, path: str, flags: int, need: str, *, deep: bool = False,

@@ -147,7 +147,7 @@ class Driver:
         self.on_failure: Callable[[], None] | None = None
         self.peers: dict[int, Peer] = {}  # open connections, by the handle the core knows
         self._conns = 0
-        self.watches = Watches(loop, self.feed)
+        self.watches = Watches(loop, self.feed, self.files.scope)
         self._run: dict[type, Callable[[Any], None]] = {
             Send: self._send,
             CloseConnection: self._close_connection,

@@ -71,13 +71,16 @@ class Files:
             "capabilityRoots/discoverV1": lambda conn, p, scope: _skills.discover_roots(p, scope),
         }
 
+    def scope(self, policy: Policy | None) -> Scope:
+        """What a call with ``policy`` (the client's, narrowed by the floor) may touch."""
+        resolved = None if policy is None else resolved_policy(policy, self._floor)
+        return Scope(self._roots, resolved)
+
     def run(self, conn: int, request: FsRequest) -> tuple[Any, RpcError | None]:
         """(result, None) or (None, error). Never raises for what the request did."""
         try:
-            policy = request.sandbox
-            if policy is not None:
-                policy = resolved_policy(policy, self._floor)
-            return self._run[request.method](conn, request.params, Scope(self._roots, policy)), None
+            scope = self.scope(request.sandbox)
+            return self._run[request.method](conn, request.params, scope), None
         except RpcError as error:
             return None, error
         except OSError as exc:

@@ -136,12 +136,17 @@ class WatchMissing:
     """Watch for any of ``missing`` to appear (or ``present`` to go); answer with `FsCompleted`
     for ``op``: ``{"watching": true}`` when every missing path is absent and ``present`` (if
     any) exists, else ``{"watching": false}`` and nothing more. A watch that holds reports
-    `MissingChanged` once, for ``watch``, and is then over. Paths are native."""
+    `MissingChanged` once, for ``watch``, and is then over. Paths are native.
+
+    ``sandbox``: the operator's floor (the call carries no sandbox of its own). A path outside
+    what it and ``--fs-root`` allow is refused; one that leads outside through a symlink counts
+    as missing, so a watch tells nothing about what exists out there."""
 
     op: int
     watch: int
     missing: tuple[str, ...]
     present: str | None
+    sandbox: Policy | None = None
 
 
 @attrs.frozen(kw_only=True)

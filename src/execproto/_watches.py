@@ -49,9 +49,8 @@ class WatchHandlers(ServiceHandlers):
         request = FsRequest(method="fs/watchMissing", params=params)
         self._ops[op] = _Op(c.conn, msg_id, request)
         c.ops.add(op)
-        self._emit(
-            WatchMissing(op=op, watch=watch, missing=params["missing"], present=params["present"])
-        )
+        self._emit(WatchMissing(op=op, watch=watch, missing=params["missing"],
+                                present=params["present"], sandbox=self.config.floor))
 
     def _on_missing_changed(self, event: MissingChanged) -> None:
         if not 0 < event.watch < self._next_watch:

@@ -1,67 +1,24 @@
-r"""One process's lifecycle, as an explicit transition table.
+"""One process's state: its phase, its stop, its streams, its log.
 
-    STARTING --spawned--> RUNNING --exited--> EXITED --last stream closed--> CLOSED
-        \--spawn failed--> (forgotten)
-
-Streams may close before the exit too (a program can close its stdout and keep running), so
-CLOSED is reached by whichever of "exited" and "last stream closed" comes second. The table is
-what makes the lifecycle rules hold by construction:
-
-- a `Signal` may be emitted only in RUNNING (`may_signal`): once the exit is observed the core
-  never signals, so no signal can reach a pid the adapter is about to reap;
-- output is accepted in RUNNING and EXITED only; exit and close take the next seq like output, and
-  closed is the last event;
-- CLOSED is entered once, and entering it is what emits `Finalize`.
+What moves it from one state to the next is decided in `_lifecycle`; this is the data, plus the
+per-chunk work of the output path.
 """
 
 from __future__ import annotations
 
 import base64
-import enum
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from ._errors import LocalProtocolError
 from ._jsonrpc import encode_output, output_prefix
+from ._lifecycle import LIVE, PROCESS_EVENTS, SIGNALLABLE, Input, Phase, Stop
 from ._output import OutputLog
 from ._sandbox import DENIAL_WORDS, likely_denied, mentions_denial
 
 if TYPE_CHECKING:
     from ._session import PendingRead, Session
 
-
-class Phase(enum.Enum):
-    # Members are singletons, so identity hashing is exact, and it is C-level: the transition
-    # lookup runs once per output chunk, and Enum's own __hash__ is Python code.
-    __hash__ = object.__hash__
-
-    STARTING = "starting"
-    RUNNING = "running"
-    EXITED = "exited"
-    CLOSED = "closed"
-
-
-class Input(enum.Enum):
-    __hash__ = object.__hash__  # see Phase
-
-    SPAWNED = "spawned"
-    OUTPUT = "output"
-    STREAM_CLOSED = "stream closed"
-    EXITED = "exited"
-    ABANDONED = "streams abandoned"
-
-
-# (phase, input) -> phase before the "is everything closed?" check. Pairs not listed are
-# impossible: the adapter reported something that cannot happen, and it is told so.
-_TRANSITIONS: dict[tuple[Phase, Input], Phase] = {
-    (Phase.STARTING, Input.SPAWNED): Phase.RUNNING,
-    (Phase.RUNNING, Input.OUTPUT): Phase.RUNNING,
-    (Phase.RUNNING, Input.STREAM_CLOSED): Phase.RUNNING,
-    (Phase.RUNNING, Input.EXITED): Phase.EXITED,
-    (Phase.EXITED, Input.OUTPUT): Phase.EXITED,
-    (Phase.EXITED, Input.STREAM_CLOSED): Phase.EXITED,
-    (Phase.EXITED, Input.ABANDONED): Phase.EXITED,
-}
 
 STREAMS_PIPE = ("stdout", "stderr")
 STREAMS_TTY = ("pty",)
@@ -77,7 +34,7 @@ _TAIL = max(len(word) for word in DENIAL_WORDS) - 1
 
 
 class Process:
-    """State of one process. Mutated only by the server through `step` and its own fields."""
+    """State of one process. Mutated only by the server, as `_lifecycle` decides."""
 
     __slots__ = (
         "proc",
@@ -91,7 +48,7 @@ class Process:
         "exit_code",
         "failure",
         "timed_out",
-        "terminating",
+        "stop",
         "paused",
         "held",
         "write_ids",
@@ -125,7 +82,7 @@ class Process:
         self.exit_code: int | None = None
         self.failure: str | None = None
         self.timed_out = False
-        self.terminating = False
+        self.stop = Stop.NONE
         self.paused = False
         # Detached output is held, not dropped, until the client reads it back (see `hold`).
         self.held = False
@@ -140,18 +97,14 @@ class Process:
         self.denial_mentioned = False
         self._tail = b""
 
-    def step(self, event: Input) -> bool:
-        """Apply one input; True when it closed the process (the caller finalizes it)."""
+    def step(self, event: Input) -> None:
+        """Apply one input by the event-triggered table (`_lifecycle.PROCESS_EVENTS`)."""
         try:
-            self.phase = _TRANSITIONS[self.phase, event]
+            self.phase = PROCESS_EVENTS[self.phase, event]
         except KeyError:
             raise LocalProtocolError(
                 f"process {self.proc}: {event.value} is impossible while {self.phase.value}"
             ) from None
-        if self.phase is Phase.EXITED and not self.open_streams:
-            self.phase = Phase.CLOSED
-            return True
-        return False
 
     def take_seq(self) -> int:
         seq = self.next_seq
@@ -177,24 +130,23 @@ class Process:
             self._tail = data[-_TAIL:]
         return encode_output(self._prefixes[stream], seq, base64.b64encode(data))
 
-    def close_stream(self, stream: str) -> bool:
+    def close_stream(self, stream: str) -> None:
         if stream not in self.open_streams:
             raise LocalProtocolError(f"process {self.proc}: {stream!r} closed twice or unknown")
         self.open_streams.discard(stream)
-        return self.step(Input.STREAM_CLOSED)
+        self.step(Input.STREAM_CLOSED)
 
-    def exited(self, returncode: int) -> bool:
-        closed = self.step(Input.EXITED)
+    def exited(self, returncode: int) -> None:
+        self.step(Input.EXITED)
         self.exit_code = exit_code_of(returncode)
         self.stdin_open = False
-        return closed
 
-    def abandon_streams(self, why: str) -> bool:
+    def abandon_streams(self, why: str) -> None:
         """Give up on pipes a stray descendant still holds, so the process can close."""
         self.open_streams.clear()
         self.failure = why
         self.timed_out = True
-        return self.step(Input.ABANDONED)
+        self.step(Input.ABANDONED)
 
     def hold(self) -> None:
         """Keep every chunk from now on: the client is away and will read back from its cursor."""
@@ -211,11 +163,15 @@ class Process:
 
     @property
     def may_signal(self) -> bool:
-        return self.phase is Phase.RUNNING
+        return self.phase is SIGNALLABLE
 
     @property
     def is_running(self) -> bool:
-        return self.phase in (Phase.STARTING, Phase.RUNNING)
+        return self.phase in LIVE
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop is not Stop.NONE
 
     def remember_write(self, write_id: str, limit: int) -> None:
         """Record a writeId, forgetting the oldest beyond ``limit``."""

@@ -1,8 +1,13 @@
-"""The ``process/*`` methods and the process events: the lifecycle seen from the server."""
+"""The ``process/*`` methods and the process events.
+
+The handlers parse, answer and emit; `_lifecycle` decides every transition and its follow-ups,
+which `_carry_out` performs in order.
+"""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _descriptors, _params, _sandbox
@@ -34,8 +39,22 @@ from ._events import (
     StreamClosed,
 )
 from ._jsonrpc import Id
+from ._lifecycle import (
+    AFTER,
+    Do,
+    Input,
+    Phase,
+    StopInput,
+    Timer,
+    cap_crossed,
+    pause_wanted,
+    read_ready,
+    releases_on_read,
+    settle,
+    stop_event,
+)
 from ._policy import Policy, narrow
-from ._process import Input, Phase, Process
+from ._process import Process
 from ._session import Connection, PendingRead, Session
 from ._state import CoreState
 
@@ -122,7 +141,7 @@ class ProcessHandlers(CoreState):
         process = session.processes.get(p.process_id)
         if process is None:
             raise unknown_process(p.process_id)
-        if p.wait_ms == 0 or _read_ready(process, p.after_seq):
+        if p.wait_ms == 0 or read_ready(process, p.after_seq):
             self._answer_read(c.conn, msg_id, process, p.after_seq, p.max_bytes)
             return
         token = self._next_token
@@ -130,7 +149,7 @@ class ProcessHandlers(CoreState):
         read = PendingRead(token, c.conn, msg_id, process, p.after_seq, p.max_bytes)
         process.readers[token] = read
         c.reads[token] = read
-        self._set_timer(("read", read), p.wait_ms / 1000)
+        self._set_timer((Timer.READ, read), p.wait_ms / 1000)
 
     def _process_ack(
         self, c: Connection, session: Session, msg_id: Id, p: _params.AckParams
@@ -185,19 +204,7 @@ class ProcessHandlers(CoreState):
 
     def _terminate(self, process: Process) -> None:
         """Stop a process: TERM now, KILL after the grace; give up held pipes after another."""
-        if process.terminating or process.phase is Phase.CLOSED:
-            return
-        process.terminating = True
-        if process.held:  # its pipes must drain to EOF; nobody waits for that output now
-            process.release()
-            self._sync_paused(process)
-            self._sync_held()
-        if process.phase is Phase.RUNNING:
-            self._emit(Signal(proc=process.proc, signal="TERM"))
-            self._set_timer(("kill", process.proc), self.config.kill_grace)
-        elif process.phase is Phase.EXITED:
-            self._set_timer(("abandon", process.proc), self.config.kill_grace)
-        # STARTING: the TERM goes out as soon as the spawn is reported.
+        self._carry_out(process, stop_event(process, StopInput.TERMINATE))
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -213,10 +220,7 @@ class ProcessHandlers(CoreState):
                 c.starts.pop(process.proc),
                 {"processId": process.process_id, "sandboxType": _sandbox_type(self, process)},
             )
-        if process.terminating:
-            process.terminating = False
-            self._terminate(process)
-        self._sync_paused(process)
+        self._carry_out(process, AFTER[Input.SPAWNED])
 
     def _on_spawn_failed(self, event: SpawnFailed) -> None:
         process = self._live_process(event.proc)
@@ -239,6 +243,8 @@ class ProcessHandlers(CoreState):
         self._emit(Finalize(proc=process.proc, status="failed", exit_code=None, timed_out=False))
 
     def _on_output(self, event: OutputReceived) -> None:
+        # The hot path: once per chunk. The rules it applies are `_lifecycle`'s, inline where
+        # they cost nothing unless a process is held or read.
         process = self._live_process(event.proc)
         if process is None:
             return
@@ -247,10 +253,10 @@ class ProcessHandlers(CoreState):
         if conn is not None and data is not None:
             self._actions.append(Send(conn=conn, data=data))
         if process.held and process.session.conn is None and data is not None:
-            below = self._held_bytes < self.config.max_held_bytes
+            before = self._held_bytes
             self._held_bytes += len(event.data)
-            if below and self._held_bytes >= self.config.max_held_bytes:
-                self._sync_held()  # the cap is crossed: every detached process waits
+            if cap_crossed(before, self._held_bytes, self.config.max_held_bytes):
+                self._sync_held()  # every detached process waits
         if process.held and not process.paused and process.log.full:
             self._sync_paused(process)
         if process.readers:
@@ -258,15 +264,15 @@ class ProcessHandlers(CoreState):
 
     def _on_stream_closed(self, event: StreamClosed) -> None:
         process = self._live_process(event.proc)
-        if process is not None and process.close_stream(event.stream):
-            self._close(process)
+        if process is not None:
+            process.close_stream(event.stream)
+            self._carry_out(process, AFTER[Input.STREAM_CLOSED])
 
     def _on_exited(self, event: ProcessExited) -> None:
         process = self._live_process(event.proc)
         if process is None:
             return
-        closed = process.exited(event.returncode)
-        self._timers.cancel(("kill", process.proc))
+        process.exited(event.returncode)
         self._notify(
             process.session,
             "process/exited",
@@ -277,37 +283,7 @@ class ProcessHandlers(CoreState):
                 "sandboxDenied": process.sandbox_denied,
             },
         )
-        if closed:
-            self._close(process)
-            return
-        if process.terminating:
-            # Terminated, yet something outside its group holds the pipes: wait one more grace.
-            self._set_timer(("abandon", process.proc), self.config.kill_grace)
-        self._wake_readers(process)
-
-    def _close(self, process: Process) -> None:
-        """The process is exited and every stream is at EOF (or abandoned): its last event."""
-        self._notify(
-            process.session,
-            "process/closed",
-            {"processId": process.process_id, "seq": process.take_seq()},
-        )
-        del self._procs[process.proc]
-        self._finalized[process.proc] = process
-        if process.held and process.session.conn is None:
-            self._sync_held()
-        self._timers.cancel(("kill", process.proc))
-        self._timers.cancel(("abandon", process.proc))
-        self._set_timer(("evict", process), self.config.closed_ttl)
-        self._emit(
-            Finalize(
-                proc=process.proc,
-                status="completed",
-                exit_code=process.exit_code,
-                timed_out=process.timed_out,
-            )
-        )
-        self._wake_readers(process)
+        self._carry_out(process, AFTER[Input.EXITED])
 
     def _on_finalize_failed(self, event: FinalizeFailed) -> None:
         process = self._finalized.get(event.proc)
@@ -320,14 +296,14 @@ class ProcessHandlers(CoreState):
 
     def _on_kill_due(self, proc: int) -> None:
         process = self._procs.get(proc)
-        if process is not None and process.may_signal:
-            process.timed_out = True
-            self._emit(Signal(proc=proc, signal="KILL"))
+        if process is not None:
+            self._carry_out(process, stop_event(process, StopInput.KILL_DUE))
 
     def _on_abandon_due(self, proc: int) -> None:
         process = self._procs.get(proc)
-        if process is not None and process.abandon_streams(ABANDONED):
-            self._close(process)
+        if process is not None:
+            process.abandon_streams(ABANDONED)
+            self._carry_out(process, AFTER[Input.ABANDONED])
 
     def _on_evict_due(self, process: Process) -> None:
         self._finalized.pop(process.proc, None)
@@ -337,6 +313,69 @@ class ProcessHandlers(CoreState):
     def _on_read_due(self, read: PendingRead) -> None:
         self._cancel_read(read)
         self._answer_read(read.conn, read.id, read.process, read.after_seq, read.max_bytes)
+
+    # -- follow-ups -----------------------------------------------------------------------------
+
+    def _carry_out(self, process: Process, todo: Iterable[Do]) -> None:
+        """Perform a transition's follow-ups for ``process``, in the lifecycle's order."""
+        for do in todo:
+            _FOLLOW_UPS[do](self, process)
+
+    def _settle(self, process: Process) -> None:
+        self._carry_out(process, settle(process))
+
+    def _signal_term(self, process: Process) -> None:
+        self._emit(Signal(proc=process.proc, signal="TERM"))
+
+    def _signal_kill(self, process: Process) -> None:
+        process.timed_out = True
+        self._emit(Signal(proc=process.proc, signal="KILL"))
+
+    def _set_kill(self, process: Process) -> None:
+        self._set_timer((Timer.KILL, process.proc), self.config.kill_grace)
+
+    def _cancel_kill(self, process: Process) -> None:
+        self._timers.cancel((Timer.KILL, process.proc))
+
+    def _set_abandon(self, process: Process) -> None:
+        self._set_timer((Timer.ABANDON, process.proc), self.config.kill_grace)
+
+    def _cancel_abandon(self, process: Process) -> None:
+        self._timers.cancel((Timer.ABANDON, process.proc))
+
+    def _set_evict(self, process: Process) -> None:
+        self._set_timer((Timer.EVICT, process), self.config.closed_ttl)
+
+    def _release_hold(self, process: Process) -> None:
+        if process.held:
+            process.release()
+            self._sync_paused(process)
+            self._sync_held()
+
+    def _notify_closed(self, process: Process) -> None:
+        self._notify(
+            process.session,
+            "process/closed",
+            {"processId": process.process_id, "seq": process.take_seq()},
+        )
+
+    def _retire(self, process: Process) -> None:
+        del self._procs[process.proc]
+        self._finalized[process.proc] = process
+
+    def _recount_if_held(self, process: Process) -> None:
+        if process.held and process.session.conn is None:
+            self._sync_held()
+
+    def _finalize(self, process: Process) -> None:
+        self._emit(
+            Finalize(
+                proc=process.proc,
+                status="completed",
+                exit_code=process.exit_code,
+                timed_out=process.timed_out,
+            )
+        )
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -350,7 +389,7 @@ class ProcessHandlers(CoreState):
 
     def _wake_readers(self, process: Process) -> None:
         for read in list(process.readers.values()):
-            if _read_ready(process, read.after_seq):
+            if read_ready(process, read.after_seq):
                 self._cancel_read(read)
                 self._answer_read(read.conn, read.id, process, read.after_seq, read.max_bytes)
 
@@ -359,15 +398,14 @@ class ProcessHandlers(CoreState):
     ) -> None:
         result, truncated = _read_result(process, after_seq, max_bytes)
         self._respond(conn, msg_id, result)
-        if process.held and not truncated and not process.session.acks:
-            # The client has read back everything held for it: the log may drop again.
+        if releases_on_read(process, truncated):
             process.release()
             self._sync_paused(process)
 
     def _cancel_read(self, read: PendingRead) -> None:
         del read.process.readers[read.token]
         del self._conns[read.conn].reads[read.token]
-        self._timers.cancel(("read", read))
+        self._timers.cancel((Timer.READ, read))
 
     def _sync_paused(self, process: Process) -> None:
         """Pause a process's output while its client is blocked, or while its held log is full;
@@ -378,8 +416,7 @@ class ProcessHandlers(CoreState):
             return
         conn = process.session.conn
         blocked = conn is not None and self._conns[conn].blocked
-        over_cap = conn is None and process.held and self._held_bytes >= self.config.max_held_bytes
-        paused = blocked or (process.held and process.log.full) or over_cap
+        paused = pause_wanted(process, blocked, self._held_bytes, self.config.max_held_bytes)
         if process.paused != paused:
             process.paused = paused
             action = PauseOutput if paused else ResumeOutput
@@ -396,14 +433,6 @@ class ProcessHandlers(CoreState):
         self._held_bytes = sum(p.log.retained_bytes for p in detached)
         for process in detached:
             self._sync_paused(process)
-
-
-def _read_ready(process: Process, after_seq: int) -> bool:
-    """Whether a read at ``after_seq`` is answered now rather than waiting."""
-    phase = process.phase
-    if phase is Phase.CLOSED or process.log.has_after(after_seq):
-        return True
-    return phase is Phase.EXITED and after_seq < process.next_seq - 1
 
 
 def _read_result(
@@ -428,3 +457,23 @@ def _read_result(
         "droppedBytes": log.dropped_bytes,
     }
     return result, truncated
+
+
+# How each process follow-up of `_lifecycle.Do` is carried out.
+_FOLLOW_UPS: dict[Do, Callable[[ProcessHandlers, Process], None]] = {
+    Do.SETTLE: ProcessHandlers._settle,
+    Do.SIGNAL_TERM: ProcessHandlers._signal_term,
+    Do.SIGNAL_KILL: ProcessHandlers._signal_kill,
+    Do.SET_KILL: ProcessHandlers._set_kill,
+    Do.CANCEL_KILL: ProcessHandlers._cancel_kill,
+    Do.SET_ABANDON: ProcessHandlers._set_abandon,
+    Do.CANCEL_ABANDON: ProcessHandlers._cancel_abandon,
+    Do.RELEASE_HOLD: ProcessHandlers._release_hold,
+    Do.NOTIFY_CLOSED: ProcessHandlers._notify_closed,
+    Do.RETIRE: ProcessHandlers._retire,
+    Do.RECOUNT_IF_HELD: ProcessHandlers._recount_if_held,
+    Do.SET_EVICT: ProcessHandlers._set_evict,
+    Do.FINALIZE: ProcessHandlers._finalize,
+    Do.WAKE_READERS: ProcessHandlers._wake_readers,
+    Do.SYNC_PAUSED: ProcessHandlers._sync_paused,
+}

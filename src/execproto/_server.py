@@ -7,7 +7,7 @@ actions, which is what lets a recorded trace be replayed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -44,6 +44,7 @@ from ._events import (
     Tick,
 )
 from ._jsonrpc import Id
+from ._lifecycle import SESSION_EVENTS, Do, SessionInput, Timer, may_hold
 from ._processes import ProcessHandlers
 from ._services import parse_fs, parse_http
 from ._session import Connection, Handshake, Session
@@ -150,13 +151,13 @@ class ServerCore(ProcessHandlers, WatchHandlers):
                 "capability discovery", "capabilityRoots/discoverV1", _host_params.discover_v1,
                 self._fs_run),
         }
-        # Deadline kind -> what to do when it passes (see `_set_timer` callers for the keys).
-        self._timer_handlers: dict[str, Callable[..., None]] = {
-            "read": self._on_read_due,
-            "kill": self._on_kill_due,
-            "abandon": self._on_abandon_due,
-            "evict": self._on_evict_due,
-            "expire": self._on_session_expired,
+        # What to do when a deadline passes, called with the subject of its key.
+        self._timer_handlers: dict[Timer, Callable[..., None]] = {
+            Timer.READ: self._on_read_due,
+            Timer.KILL: self._on_kill_due,
+            Timer.ABANDON: self._on_abandon_due,
+            Timer.EVICT: self._on_evict_due,
+            Timer.EXPIRE: self._on_session_expired,
         }
 
     def handle(self, event: Event, now: float) -> list[Action]:
@@ -257,14 +258,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         session = c.session
         if session is not None:
             session.conn = None
-            # Detached output is held for the client's return: nothing is dropped, and a
-            # process whose log fills up waits, paused, until the client reads it back.
-            for process in session.processes.values():
-                if process.proc in self._procs and not process.terminating:
-                    process.hold()
-            self._sync_session(session)
-            self._sync_held()
-            self._set_timer(("expire", session.session_id), self.config.session_ttl)
+            self._carry_out_session(session, SESSION_EVENTS[SessionInput.DETACHED])
         del self._conns[event.conn]
 
     def _on_message(self, event: MessageReceived) -> None:
@@ -330,6 +324,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
                 raise LocalProtocolError(f"session id {c.new_session_id} minted twice")
             session = Session(c.new_session_id)
             self._sessions[session.session_id] = session
+            todo = SESSION_EVENTS[SessionInput.CREATED]
         else:
             found = self._sessions.get(p.resume_session_id)
             if found is None:
@@ -340,18 +335,12 @@ class ServerCore(ProcessHandlers, WatchHandlers):
                     f"session {p.resume_session_id} is already attached to another connection",
                 )
             session = found
-            self._timers.cancel(("expire", session.session_id))
+            todo = SESSION_EVENTS[SessionInput.RESUMED]
         session.conn = c.conn
         c.session = session
         c.handshake = Handshake.INITIALIZING
         session.acks = p.output_acks
-        if p.output_acks:
-            for process in session.processes.values():
-                if process.proc in self._procs and not process.terminating:
-                    process.hold()
-        # The connection may have filled up on early error answers: then the output must wait.
-        self._sync_session(session)
-        self._sync_held()  # its held output no longer counts against the detached total
+        self._carry_out_session(session, todo)
         result: dict[str, Any] = {
             "sessionId": session.session_id,
             "environmentInfo": self.host.environment_info,
@@ -388,6 +377,37 @@ class ServerCore(ProcessHandlers, WatchHandlers):
 
     def _on_session_expired(self, session_id: str) -> None:
         session = self._sessions.pop(session_id)
+        self._carry_out_session(session, SESSION_EVENTS[SessionInput.EXPIRED])
+
+    # -- session follow-ups ---------------------------------------------------------------------
+
+    def _carry_out_session(self, session: Session, todo: Iterable[Do]) -> None:
+        """Perform a session transition's follow-ups, in the lifecycle's order."""
+        for do in todo:
+            if do is Do.HOLD_LIVE or do is Do.HOLD_LIVE_IF_ACKS:
+                if do is Do.HOLD_LIVE or session.acks:
+                    self._hold_live(session)
+            elif do is Do.SYNC_PAUSED:
+                # A resuming connection may have filled up on early error answers already.
+                self._sync_session(session)
+            elif do is Do.RECOUNT_HELD:
+                self._sync_held()
+            elif do is Do.SET_EXPIRE:
+                self._set_timer((Timer.EXPIRE, session.session_id), self.config.session_ttl)
+            elif do is Do.CANCEL_EXPIRE:
+                self._timers.cancel((Timer.EXPIRE, session.session_id))
+            elif do is Do.STOP_ALL:
+                self._stop_all(session)
+            else:  # pragma: no cover - SESSION_EVENTS names only the follow-ups above
+                raise AssertionError(f"not a session follow-up: {do}")
+
+    def _hold_live(self, session: Session) -> None:
+        # Held output waits for the client's return (or its acks): nothing is dropped.
+        for process in session.processes.values():
+            if may_hold(process, process.proc in self._procs):
+                process.hold()
+
+    def _stop_all(self, session: Session) -> None:
         for process in list(session.processes.values()):
             if process.proc in self._procs:
                 process.timed_out = True

@@ -1,7 +1,8 @@
 """Sessions and connections: who owns which processes, and who is listening.
 
 A session outlives its connection: when the connection drops the session detaches, its processes
-keep running into their bounded logs, and a new connection may resume it within the TTL.
+keep running into their logs, and a new connection may resume it within the TTL. The rules of
+attaching, detaching and expiring are in `_lifecycle`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ one, so each concern lives in its own small module while there is still one owne
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
 from . import _descriptors
@@ -14,6 +13,7 @@ from ._actions import Action, Send
 from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError, invalid_request
 from ._jsonrpc import Id, encode_error, encode_notification, encode_result
+from ._lifecycle import Timer
 from ._process import Process
 from ._session import Connection, Session
 from ._timers import Timers
@@ -70,7 +70,7 @@ class CoreState:
             assert limit is not None
             raise invalid_request(_descriptors.refusal(limit, budget))
 
-    def _set_timer(self, key: Hashable, delay: float) -> None:
+    def _set_timer(self, key: tuple[Timer, Any], delay: float) -> None:
         self._timers.set(key, self._now + delay)
 
     # -- lookups --------------------------------------------------------------------------------

@@ -1,4 +1,7 @@
-"""Deadlines keyed by what they are for, so setting a key again replaces its deadline."""
+"""Deadlines keyed by what they are for, so setting a key again replaces its deadline.
+
+The server's keys are ``(Timer, subject)`` (see `_lifecycle.Timer`); any hashable key works.
+"""
 
 from __future__ import annotations
 
@@ -23,9 +26,6 @@ class Timers:
 
     def cancel(self, key: Hashable) -> None:
         self._due.pop(key, None)
-
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._due
 
     def next_deadline(self) -> float | None:
         heap = self._heap

@@ -511,7 +511,7 @@ def drain(t: Timers, now: float) -> list[Hashable]:
 
 def test_empty_timers() -> None:
     t = Timers()
-    assert t.next_deadline() is None and drain(t, 1e9) == [] and "x" not in t
+    assert t.next_deadline() is None and drain(t, 1e9) == []
     t.cancel("never set")
 
 
@@ -523,8 +523,7 @@ def test_timers_fire_in_deadline_order() -> None:
     assert t.next_deadline() == 1.0
     assert drain(t, 0.5) == []
     assert drain(t, 2.0) == ["a", "b"]  # due at or before now, earliest first
-    assert "a" not in t and "c" in t
-    assert t.next_deadline() == 3.0
+    assert t.next_deadline() == 3.0  # "a" and "b" are gone, "c" is still set
     assert drain(t, 10.0) == ["c"]
     assert t.next_deadline() is None
 
@@ -567,8 +566,7 @@ def test_cancel() -> None:
     t.set(("read", 1), 1.0)
     t.set(("read", 2), 2.0)
     t.cancel(("read", 1))
-    assert ("read", 1) not in t and ("read", 2) in t
-    assert t.next_deadline() == 2.0
+    assert t.next_deadline() == 2.0  # only ("read", 2) is still set
     t.cancel(("read", 2))
     assert t.next_deadline() is None
     assert drain(t, 100.0) == []

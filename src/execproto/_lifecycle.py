@@ -51,12 +51,16 @@ What happens when
   spawn. EXITED: DRAINING (no signal once exited: the pid may be about to be reaped). CLOSED or
   already stopping: nothing.
 - *kill due* (TERM_SENT and still RUNNING): KILL; the process ends ``timed_out``.
-- *abandon due* (DRAINING): the streams are given up, ``failure`` says why, ``timed_out``; CLOSED.
+- *abandon due* (DRAINING: something that escaped the group, a daemon that called setsid, holds
+  the pipes): the streams are given up, ``failure`` says why, ``timed_out``; CLOSED, and the
+  adapter closes the pipes at Finalize. ``timed_out`` always means a server deadline ended the
+  process: KILL after the grace, abandoned streams, or an expired session.
 - *finalize failed*: a finalized, still readable process gets ``failure``; otherwise ignored.
 - *any process event after Finalize*: ignored (the adapter had queued it).
-- *session detached* (its connection closed): waiting reads are dropped unanswered; every live
-  process not stopping is held; pauses and the held total are synced; EXPIRE due after
-  ``session_ttl``. Output goes on into the logs; nothing is sent.
+- *session detached* (its connection closed): what would answer on it later (waiting reads,
+  start answers, fs and http calls) is dropped, as nothing is sent to a closed connection; every
+  live process not stopping is held; pauses and the held total are synced; EXPIRE due after
+  ``session_ttl``. Output goes on into the logs.
 - *resumed* (``initialize`` with ``resumeSessionId``, detached only): EXPIRE cancelled; with
   output acks every live process not stopping is held; pauses (the new connection may be blocked)
   and the held total (it no longer counts) are synced.
@@ -66,7 +70,8 @@ What happens when
 - *read deadline* (READ due): the long-poll read is answered with what there is.
 - *a read answered in full* (not cut by ``maxBytes``), held, no output acks: the hold is released.
 - *send blocked / drained*: every process of the session is paused / resumed by `pause_wanted`.
-- *Signal*: emitted only while RUNNING (`SIGNALLABLE`), so never to a pid about to be reaped.
+- *Signal*: emitted only while RUNNING (`SIGNALLABLE`): the adapter sees the exit without
+  reaping, so the pid and group id stay reserved until Finalize, and are never signalled then.
 """
 
 from __future__ import annotations

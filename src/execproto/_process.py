@@ -169,10 +169,6 @@ class Process:
     def is_running(self) -> bool:
         return self.phase in LIVE
 
-    @property
-    def stopping(self) -> bool:
-        return self.stop is not Stop.NONE
-
     def remember_write(self, write_id: str, limit: int) -> None:
         """Record a writeId, forgetting the oldest beyond ``limit``."""
         self.write_ids[write_id] = None

@@ -116,8 +116,14 @@ class Driver:
         loop: Loop,
         files: Files | None = None,
         backend: Backend | None = None,
+        tune_heap: bool = False,
     ) -> None:
-        _posix.keep_buffers_in_heap()
+        """``tune_heap``: change glibc's malloc settings for the whole process so output
+        buffers stay in the heap (`_posix.keep_buffers_in_heap`), and give free heap memory
+        back every TRIM_INTERVAL on the loop. Faster, but not something an embedding host
+        expects of a library: ``execproto serve`` turns it on."""
+        if tune_heap:
+            _posix.keep_buffers_in_heap()
         self.core = core
         self.loop = loop
         self.files = files or Files()
@@ -138,7 +144,8 @@ class Driver:
         self._sent_to: int | None = None  # the connection of the latest Send
         self._cancel_tick: Callable[[], None] | None = None
         self._tick_at: float | None = None
-        self._trimming = False  # a periodic release of free heap memory is scheduled
+        # Whether a periodic release of free heap memory is scheduled; never without tuning.
+        self._trimming = not tune_heap
         self._stopping = False
         self.on_idle: Callable[[], None] | None = None  # called after a drain leaves it idle
         # What the core raised, after which the driver only stops (see `_core_failed`); the

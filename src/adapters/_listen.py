@@ -1,24 +1,25 @@
-"""The ``--listen`` address: ``ws://IP:PORT`` (numeric IP only) or ``stdio``."""
+"""The ``--listen`` address (``ws://IP:PORT``, numeric IP only, or ``stdio``) and the listener."""
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import logging
-import time
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import attrs
+
+if TYPE_CHECKING:
+    from ._driver import Loop
 
 
 class ListenError(ValueError):
     pass
 
 
-# accept() failures that mean "not now" (out of descriptors or memory): the listener waits a
-# moment and tries again. Any other failure means the listener itself is gone.
-EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-ACCEPT_RETRY = 0.1  # seconds
+ACCEPT_RETRY = 0.1  # seconds between tries while accept() fails (out of descriptors, say)
 
 log = logging.getLogger("execproto")
 
@@ -41,22 +42,60 @@ class AcceptTrouble:
             log.warning("accepting connections again")
 
 
-class QuietRetries(logging.Filter):
-    """For trio's own accept loop, which logs a traceback on every retry: keep one line per
-    ``every`` seconds, without the traceback."""
+class Acceptor:
+    """A listening socket watched on the driver's `Loop`, the same on every adapter: each time
+    it is readable every pending connection is accepted and handed to ``accept`` (non-blocking,
+    with TCP_NODELAY), on the loop's owner.
 
-    def __init__(self, every: float = 10.0) -> None:
-        super().__init__()
-        self._every = every
-        self._last = -every
+    When accept() fails (out of descriptors or memory) the pending connection keeps the
+    listener readable: rather than spin, it stops watching for ACCEPT_RETRY and tries again,
+    saying so once. The listener only goes with `close`.
+    """
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.exc_info, record.exc_text = None, None
-        now = time.monotonic()
-        if now - self._last < self._every:
-            return False
-        self._last = now
-        return True
+    def __init__(self, loop: Loop, host: str, port: int,
+                 accept: Callable[[socket.socket, Any], None]) -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind((host, port))
+            self._sock.listen(128)
+            self._sock.setblocking(False)
+        except OSError:
+            self._sock.close()
+            raise
+        self.address: tuple[str, int] = self._sock.getsockname()[:2]
+        self._loop = loop
+        self._accept = accept
+        self._trouble = AcceptTrouble()
+        self._watch()
+
+    def _ready(self) -> None:
+        while True:
+            try:
+                sock, address = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue  # reset while in the queue: take the next
+            except OSError as exc:
+                self._trouble.failed(exc)
+                self._loop.unwatch_read(self._sock.fileno())
+                self._loop.call_at(self._loop.now() + ACCEPT_RETRY, self._watch)
+                return
+            self._trouble.accepted()
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._accept(sock, address)
+
+    def _watch(self) -> None:
+        if self._sock.fileno() != -1:  # not closed meanwhile by the shutdown
+            self._loop.watch_read(self._sock.fileno(), self._ready)
+
+    def close(self) -> None:
+        if self._sock.fileno() != -1:
+            self._loop.unwatch_read(self._sock.fileno())
+            self._sock.close()
 
 
 @attrs.frozen

@@ -47,6 +47,32 @@ AUTH_DELAY = 0.5
 MISSED_PONGS = 2
 
 
+class WaterMarks:
+    """The bytes queued for one connection and not yet written, against the water marks: says
+    ``blocked`` once they rise above `HIGH_WATER`, ``drained`` once they fall back below
+    `LOW_WATER`. Each adapter counts with one, however it moves the bytes."""
+
+    def __init__(self, blocked: Callable[[], None], drained: Callable[[], None]) -> None:
+        self.queued = 0
+        self.blocked = False
+        self._on_blocked = blocked
+        self._on_drained = drained
+
+    def changed(self, size: int) -> None:
+        """``size`` bytes more queued (less, when negative: written)."""
+        self.queued += size
+        if not self.blocked and self.queued > HIGH_WATER:
+            self.blocked = True
+            self._on_blocked()
+        elif self.blocked and self.queued < LOW_WATER:
+            self.blocked = False
+            self._on_drained()
+
+    def drop(self) -> None:
+        """The queue was thrown away with its connection: nothing is owed, nothing is told."""
+        self.queued = 0
+
+
 class Gate:
     """One server's bounds on connections still in their websocket upgrade.
 
@@ -185,11 +211,14 @@ class Peer:
 class WsPeer(Peer):
     def __init__(
         self, driver: Driver, write: Write, hang_up: Callable[[], None], token: str | None,
-        gate: Gate, label: str, abort: Callable[[], None],
+        gate: Gate, label: str, abort: Callable[[], None], ping_interval: float,
     ) -> None:
-        """``abort``: close now, dropping whatever is queued."""
+        """``abort``: close now, dropping whatever is queued. Once upgraded, the peer pings
+        every ``ping_interval`` seconds on the driver's loop until the connection closes."""
         super().__init__(driver, write, hang_up)
         self._abort = abort
+        self._ping_interval = ping_interval
+        self._next_ping: Callable[[], None] | None = None  # cancels the scheduled ping
         self._send_timeout = gate.send_timeout
         self._stuck_since: Callable[[], None] | None = None  # cancels the send timeout
         self._unanswered = 0  # our pings since the last pong
@@ -220,6 +249,17 @@ class WsPeer(Peer):
     def opened(self, label: str) -> None:
         self._upgraded()
         super().opened(label)
+        self._schedule_ping()
+
+    def _schedule_ping(self) -> None:
+        loop = self.driver.loop
+        self._next_ping = loop.call_at(loop.now() + self._ping_interval, self._ping_due)
+
+    def _ping_due(self) -> None:
+        self._next_ping = None
+        self.ping()  # which may close the connection: a client that stopped answering
+        if self.open and not self.closing:
+            self._schedule_ping()
 
     def received(self, data: bytes, label: str) -> None:
         """Bytes from the socket (b"" at EOF). ``label`` names the peer in messages."""
@@ -247,6 +287,9 @@ class WsPeer(Peer):
         self.closing = True  # nothing more may be written, such as a refusal still to come
         self._upgraded()
         self._unstuck()
+        if self._next_ping is not None:
+            self._next_ping()
+            self._next_ping = None
         super().lost()
 
     def blocked(self) -> None:

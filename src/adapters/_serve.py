@@ -1,18 +1,65 @@
-"""What every adapter's ``serve`` does the same way: build the core, shut it down."""
+"""What every adapter's ``serve`` does the same way: its options, building the core and its
+driver, the listener, the websocket peers, and the shutdown. An adapter adds only what its
+loop makes different: how bytes move, how the stop is heard and how it waits for the end."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 
 from execproto import Config, ServerCore
 from execproto._trace import Recorder
 
+from ._driver import Driver, Loop
+from ._fs import Files
 from ._host import this_host
+from ._listen import Acceptor, Listen
+from ._peer import Gate, Write, WsPeer
 from .backends import Backend, LocalBackend, check_sandbox_type
 
 PING_INTERVAL = 30.0
+
+
+@attrs.frozen(kw_only=True)
+class Options:
+    """What ``serve`` takes besides the address and the stop, on every adapter. Each may also be
+    given to ``serve`` as a keyword of its own (``serve(listen, ready=print, stop=stop)``).
+
+    - ``config``: the core's `Config` (limits, timeouts, the sandbox floor).
+    - ``token``: the bearer token every websocket client must send, if any.
+    - ``trace``: called with each line of a replayable trace (one JSON line per core call).
+    - ``redact_trace``: the trace with process output and stdin replaced by filler.
+    - ``ready``: called with the bound address (``ws://IP:PORT``, or ``stdio``) once clients
+      can connect.
+    - ``ping_interval``: seconds between websocket pings.
+    - ``fs_roots``: directories every ``fs/*`` path is confined to.
+    - ``backend``: how a process is spawned (by default this machine, with bubblewrap for
+      sandboxed requests where it can run).
+    - ``tune_heap``: raise glibc's mmap and trim thresholds for the whole process, so output
+      buffers stay in the heap (measured: half the CPU of a fast stream went to page faults
+      without), and hand free heap memory back every 2 s from the loop. Off by default: it
+      changes the host's allocator and schedules work on its loop; ``execproto serve`` turns
+      it on.
+    """
+
+    config: Config | None = None
+    token: str | None = None
+    trace: Callable[[str], None] | None = None
+    redact_trace: bool = False
+    ready: Callable[[str], None] | None = None
+    ping_interval: float = PING_INTERVAL
+    fs_roots: Sequence[str] = ()
+    backend: Backend | None = None
+    tune_heap: bool = False
+
+    @classmethod
+    def of(cls, options: Options | None, keywords: dict[str, Any]) -> Options:
+        """``options`` (or the defaults) with ``keywords`` over them; an unknown keyword raises
+        TypeError, as it would on a function's signature."""
+        return attrs.evolve(options or cls(), **keywords)
 
 
 def make_core(
@@ -21,12 +68,70 @@ def make_core(
     backend: Backend | None = None,
     redact_trace: bool = False,
 ) -> tuple[ServerCore | Recorder, Backend]:
-    """A core for this host and the backend it spawns through (by default this machine, with
-    bubblewrap for sandboxed requests where it can run), recording to ``trace`` (one JSON line
-    per call) when given, with process output and stdin replaced by filler when
-    ``redact_trace``. A backend whose `sandbox_type` no client can read raises ValueError."""
+    """A core for this host and the backend it spawns through, recording to ``trace`` when
+    given. A backend whose `sandbox_type` no client can read raises ValueError."""
     config = config or Config()
     backend = backend or LocalBackend(floor=config.floor)
     sandbox = check_sandbox_type(backend)
     core = ServerCore(attrs.evolve(config, sandbox_type=sandbox), this_host())
     return (core if trace is None else Recorder(core, trace, redact=redact_trace)), backend
+
+
+Connect = Callable[[socket.socket, str], object]
+
+
+class Server:
+    """One server's life on a `Loop`: built here, stopped with `shut_down`, and after the
+    adapter has waited for the driver to be idle, `finish`. ``stopped`` is called if the core
+    fails, to start the same stop as the adapter's own."""
+
+    def __init__(self, listen: str, options: Options, loop: Loop,
+                 stopped: Callable[[], None]) -> None:
+        self.where = Listen.parse(listen)
+        self.options = options
+        config = options.config
+        core, backend = make_core(config, options.trace, options.backend, options.redact_trace)
+        files = Files(options.fs_roots, config.floor if config else None)
+        self.driver = Driver(core, loop, files, backend, tune_heap=options.tune_heap)
+        self.driver.on_failure = stopped
+        self.gate = Gate(config)
+        self._acceptor: Acceptor | None = None
+
+    def listen(self, connect: Connect) -> None:
+        """Accept websocket clients, each handed to ``connect`` with its label (``IP:PORT``)
+        unless too many are still in their upgrade (then it is closed at once, keeping the
+        descriptor)."""
+        loop = self.driver.loop
+
+        def accept(sock: socket.socket, address: Any) -> None:
+            if not self.gate.admit(loop.now()):
+                sock.close()
+                return
+            connect(sock, f"{address[0]}:{address[1]}")
+
+        self._acceptor = Acceptor(loop, self.where.host, self.where.port, accept)
+
+    def ws_peer(self, label: str, write: Write, hang_up: Callable[[], None],
+                abort: Callable[[], None]) -> WsPeer:
+        options = self.options
+        return WsPeer(self.driver, write, hang_up, options.token, self.gate, label, abort=abort,
+                      ping_interval=options.ping_interval)
+
+    def announce(self) -> None:
+        """Tell ``ready`` where clients can connect."""
+        if self.options.ready is not None:
+            bound = self._acceptor.address if self._acceptor is not None else None
+            self.options.ready(self.where.describe(bound))
+
+    def shut_down(self, idle: Callable[[], None]) -> None:
+        """Stop accepting, close every connection and terminate every process; ``idle`` is
+        called (on the loop) when all of it is done."""
+        if self._acceptor is not None:
+            self._acceptor.close()
+        self.driver.on_idle = idle
+        self.driver.shutdown()
+
+    def finish(self) -> None:
+        """After the adapter has waited for ``idle``: raise `CoreFailed` if the core's failure
+        is what stopped it."""
+        self.driver.raise_if_failed()

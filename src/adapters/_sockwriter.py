@@ -1,46 +1,68 @@
-"""Writing to a non-blocking socket with vectored sends and no copies.
+"""Vectored sends with no copies, for every adapter.
 
 asyncio's transports join what they are given into one buffer and slice it again after a short
 write: two copies of every output frame, which is most of what a frame costs besides its base64.
-Here the pieces are kept as they are (a frame header, the message) and go out with one
-``sendmsg`` per wake-up; a short write leaves a memoryview of the rest. The socket's owner
-watches it for writability when `pending` says so.
+Joining a batch of frames before a blocking send costs the same copy. Here the pieces are kept
+as they are (a frame header, the message) and go out with one ``sendmsg`` (or ``writev``) per
+call; a short write leaves a memoryview of the rest (`advance`). `SocketWriter` does it on a
+non-blocking socket whose owner watches it for writability when `pending` says so; `send_all`
+on a blocking one.
 """
 
 from __future__ import annotations
 
+import itertools
 import socket
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+
+from ._peer import WaterMarks
 
 # At most this many buffers per sendmsg (Linux takes 1024).
 BATCH = 512
 
+Buffer = bytes | memoryview
+
+
+def batch(queue: deque[Buffer]) -> list[Buffer]:
+    """The first BATCH buffers of ``queue``, for one vectored send."""
+    return list(queue) if len(queue) <= BATCH else list(itertools.islice(queue, BATCH))
+
+
+def advance(queue: deque[Buffer], sent: int) -> None:
+    """Drop the ``sent`` bytes at the head of ``queue``; a buffer sent in part leaves a view of
+    the rest in its place."""
+    while sent:
+        head = queue[0]
+        if len(head) <= sent:
+            sent -= len(head)
+            queue.popleft()
+        else:
+            queue[0] = memoryview(head)[sent:]
+            sent = 0
+
+
+def send_all(send: Callable[[list[Buffer]], int], parts: Iterable[Buffer]) -> None:
+    """Send every part through ``send`` (a blocking ``sock.sendmsg``, or ``os.writev`` on a
+    descriptor), as few calls as it takes."""
+    queue: deque[Buffer] = deque(parts)
+    while queue:
+        advance(queue, send(batch(queue)))
+
 
 class SocketWriter:
     def __init__(
-        self,
-        sock: socket.socket,
-        *,
-        high: int,
-        low: int,
-        blocked: Callable[[], None],
-        drained: Callable[[], None],
+        self, sock: socket.socket, *, blocked: Callable[[], None], drained: Callable[[], None],
     ) -> None:
         self._sock = sock
-        self._queue: deque[bytes | memoryview] = deque()
-        self.queued = 0  # bytes not yet written
-        self._high = high
-        self._low = low
-        self._blocked = False
-        self._on_blocked = blocked
-        self._on_drained = drained
+        self._queue: deque[Buffer] = deque()
+        self._marks = WaterMarks(blocked, drained)
         self.failed = False
 
     def discard(self) -> None:
         """Drop everything queued: the connection is closed, its buffers go at once."""
         self._queue.clear()
-        self.queued = 0
+        self._marks.drop()
         self.failed = True
 
     @property
@@ -52,35 +74,29 @@ class SocketWriter:
         if self.failed:
             return
         self._queue.extend(parts)
-        self.queued += sum(len(part) for part in parts)
-        self.flush()
-        if not self._blocked and self.queued > self._high:
-            self._blocked = True
-            self._on_blocked()
+        size = sum(len(part) for part in parts)
+        sent = self._send()
+        if not self.failed:
+            self._marks.changed(size - sent)
 
     def flush(self) -> None:
         """Send until the queue is empty or the socket is full. A failed socket drops it all."""
+        sent = self._send()
+        if not self.failed:
+            self._marks.changed(-sent)
+
+    def _send(self) -> int:
+        """What the socket took; on a failure everything is dropped and 0 returned."""
         queue = self._queue
+        total = 0
         while queue:
-            batch = list(queue) if len(queue) <= BATCH else [queue[i] for i in range(BATCH)]
             try:
-                sent = self._sock.sendmsg(batch)
+                sent = self._sock.sendmsg(batch(queue))
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
-                self.failed = True
-                queue.clear()
-                self.queued = 0
-                return
-            self.queued -= sent
-            while sent:
-                head = queue[0]
-                if len(head) <= sent:
-                    sent -= len(head)
-                    queue.popleft()
-                else:
-                    queue[0] = memoryview(head)[sent:]
-                    sent = 0
-        if self._blocked and self.queued < self._low:
-            self._blocked = False
-            self._on_drained()
+                self.discard()
+                return 0
+            total += sent
+            advance(queue, sent)
+        return total

@@ -13,14 +13,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from execproto import Config
-
-from ._driver import CoreFailed, Driver
-from ._fs import Files
-from .backends import Backend
-from ._listen import ACCEPT_RETRY, EXHAUSTED, AcceptTrouble, Listen
-from ._peer import HIGH_WATER, LOW_WATER, Gate, StdioPeer, WsPeer
-from ._serve import PING_INTERVAL, make_core
+from ._driver import CoreFailed
+from ._peer import HIGH_WATER, LOW_WATER, StdioPeer
+from ._serve import Options, Server
 from ._sockwriter import SocketWriter
 
 READ_SIZE = 256 << 10
@@ -65,23 +60,17 @@ class _WsConnection:
     """One websocket client on a raw non-blocking socket: read when readable, written through a
     `SocketWriter` (vectored sends, no copies), so no asyncio transport sits in between."""
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, address: Any, driver: Driver,
-        token: str | None, ping_interval: float, gate: Gate,
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, label: str,
+                 server: Server) -> None:
         self._loop = loop
         self._sock = sock
         self._fd = sock.fileno()
-        self._label = f"{address[0]}:{address[1]}"
-        self._ping_interval = ping_interval
-        self._ping: asyncio.TimerHandle | None = None
+        self._label = label
         self._closed = False
         self._hung_up = False
         self._writing = False
-        self.peer = WsPeer(driver, self._write, self._hang_up, token, gate, self._label,
-                           abort=self._close)
-        self._writer = SocketWriter(sock, high=HIGH_WATER, low=LOW_WATER,
-                                    blocked=self._blocked, drained=self._drained)
+        self.peer = server.ws_peer(label, self._write, self._hang_up, abort=self._close)
+        self._writer = SocketWriter(sock, blocked=self._blocked, drained=self._drained)
         loop.add_reader(self._fd, self._readable)
 
     def _readable(self) -> None:
@@ -94,8 +83,6 @@ class _WsConnection:
         self.peer.received(data, self._label)
         if not data:
             self._close()
-        elif self.peer.open and self._ping is None:
-            self._ping = self._loop.call_later(self._ping_interval, self._send_ping)
 
     def _blocked(self) -> None:
         # Backpressure: read no more requests until the client has read its answers.
@@ -141,8 +128,6 @@ class _WsConnection:
             return
         self._closed = True
         self._writer.discard()
-        if self._ping is not None:
-            self._ping.cancel()
         self._loop.remove_reader(self._fd)
         self._loop.remove_writer(self._fd)
         try:
@@ -151,50 +136,6 @@ class _WsConnection:
             pass
         self._sock.close()
         self.peer.lost()
-
-    def _send_ping(self) -> None:
-        self.peer.ping()  # which may close the connection: a client that stopped answering
-        if not self._closed:
-            self._ping = self._loop.call_later(self._ping_interval, self._send_ping)
-
-
-def _listen(loop: asyncio.AbstractEventLoop, host: str, port: int,
-            accept: Callable[[socket.socket, Any], object]) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host, port))
-    listener.listen(128)
-    listener.setblocking(False)
-
-    trouble = AcceptTrouble()
-
-    def ready() -> None:
-        while True:
-            try:
-                sock, address = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                if exc.errno not in EXHAUSTED:
-                    raise
-                # The pending connection keeps the listener readable: stop watching it for a
-                # moment rather than spin, and take it when a descriptor is free again.
-                trouble.failed(exc)
-                loop.remove_reader(listener.fileno())
-                loop.call_later(ACCEPT_RETRY, watch)
-                return
-            trouble.accepted()
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            accept(sock, address)
-
-    def watch() -> None:
-        if listener.fileno() != -1:  # not closed meanwhile by the shutdown
-            loop.add_reader(listener.fileno(), ready)
-
-    watch()
-    return listener
 
 
 class _StdinProtocol(asyncio.Protocol):
@@ -230,62 +171,41 @@ class _StdoutProtocol(asyncio.Protocol):
 
 async def serve(
     listen: str = "ws://127.0.0.1:0",
+    options: Options | None = None,
     *,
-    config: Config | None = None,
-    token: str | None = None,
-    trace: Callable[[str], None] | None = None,
-    ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
-    ping_interval: float = PING_INTERVAL,
-    fs_roots: Sequence[str] = (),
-    backend: Backend | None = None,
-    redact_trace: bool = False,
+    **keywords: Any,
 ) -> None:
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
 
-    ``ready`` gets the bound address (``ws://IP:PORT``, or ``stdio``) once clients can connect.
-    Every process the server started is terminated and finalized before this returns. If the
-    core fails (a bug), ``stop`` is set, the server stops the same way with every process
-    killed, and this raises `CoreFailed`.
+    ``options`` (an `Options`), or its fields as keywords, say the rest. Every process the
+    server started is terminated and finalized before this returns. If the core fails (a bug),
+    ``stop`` is set, the server stops the same way with every process killed, and this raises
+    `CoreFailed`.
     """
-    where = Listen.parse(listen)
+    options = Options.of(options, keywords)
     loop = asyncio.get_running_loop()
-    core, backend = make_core(config, trace, backend, redact_trace)
-    driver = Driver(core, _Loop(loop), Files(fs_roots, config.floor if config else None), backend)
     stop = stop if stop is not None else asyncio.Event()
-    driver.on_failure = stop.set
-    if where.stdio:
+    server = Server(listen, options, _Loop(loop), stop.set)
+    if server.where.stdio:
         out_transport, out_protocol = await loop.connect_write_pipe(_StdoutProtocol, sys.stdout)
+        # stdout is written through a transport, which keeps the water marks itself.
         out_transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
-        peer = StdioPeer(driver, out_transport.writelines, stop.set)
+        peer = StdioPeer(server.driver, out_transport.writelines, stop.set)
         out_protocol.peer = peer
         out_protocol.stdin, _ = await loop.connect_read_pipe(lambda: _StdinProtocol(peer, stop),
                                                              sys.stdin)
         peer.opened("stdio")
-        listener = None
     else:
-        gate = Gate(config)
-
-        def accept(sock: socket.socket, address: Any) -> None:
-            if not gate.admit(loop.time()):
-                sock.close()  # too many connections still in their upgrade: keep the descriptor
-                return
-            _WsConnection(loop, sock, address, driver, token, ping_interval, gate)
-
-        listener = _listen(loop, where.host, where.port, accept)
-    if ready is not None:
-        ready(where.describe(listener.getsockname() if listener else None))
+        server.listen(lambda sock, label: _WsConnection(loop, sock, label, server))
+    server.announce()
     try:
         await stop.wait()
     finally:
-        if listener is not None:
-            loop.remove_reader(listener.fileno())
-            listener.close()
         idle = asyncio.Event()
-        driver.on_idle = idle.set
-        driver.shutdown()
+        server.shut_down(idle.set)
         await idle.wait()
-    driver.raise_if_failed()
+    server.finish()
 
 
 def run(listen: str, **options: Any) -> None:

@@ -210,6 +210,7 @@ def _serve(args: argparse.Namespace) -> int:
             fs_roots=args.fs_root,
             backend=backend,
             redact_trace=args.trace_redact,
+            tune_heap=True,  # the whole process is ours: see `Options.tune_heap`
         )
     except BaseException as exc:
         problem = None if bound or where.stdio else _listen_problem(exc)

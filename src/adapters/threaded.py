@@ -25,14 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from execproto import Config
-
-from ._driver import CoreFailed, Driver
-from ._fs import Files
-from .backends import Backend
-from ._listen import ACCEPT_RETRY, EXHAUSTED, AcceptTrouble, Listen
-from ._peer import HIGH_WATER, LOW_WATER, Gate, Peer, StdioPeer, WsPeer
-from ._serve import PING_INTERVAL, make_core
+from ._driver import CoreFailed
+from ._peer import Peer, StdioPeer, WaterMarks
+from ._serve import Options, Server
+from ._sockwriter import send_all
 
 # Reads a connection's reader thread may have handed to the owner and not yet seen handled:
 # without a bound, a fast client's bytes would pile up in the owner's queue.
@@ -183,15 +179,15 @@ class _Loop:
 class _Connection:
     """One connection's bytes: a reader thread and a writer thread around a counted outbox."""
 
-    def __init__(self, loop: _Loop, receive: Callable[[], bytes], send: Callable[[bytes], None],
-                 close: Callable[[], None]) -> None:
+    def __init__(self, loop: _Loop, receive: Callable[[], bytes],
+                 send: Callable[[list[bytes]], None], close: Callable[[], None]) -> None:
+        """``send`` writes a batch of buffers whole, blocking (see `_sockwriter.send_all`)."""
         self._loop = loop
         self._receive = receive
         self._send = send
         self._close = close
         self._outbox: list[bytes] = []
-        self._unsent = 0  # owner's count of bytes queued and not yet written
-        self._blocked = False
+        self._marks = WaterMarks(self._blocked, self._drained)  # kept by the owner
         self._closing = False
         self._ready = threading.Condition()
         self._may_read = threading.Event()  # cleared while blocked: no requests are read
@@ -204,15 +200,20 @@ class _Connection:
         threading.Thread(target=self._writer, daemon=True).start()
 
     def write(self, parts: Sequence[bytes]) -> None:
-        size = sum(len(part) for part in parts)
         with self._ready:
             self._outbox.extend(parts)
             self._ready.notify()
-        self._unsent += size
-        if not self._blocked and self._unsent > HIGH_WATER and self.peer is not None:
-            self._blocked = True
-            self._may_read.clear()
-            self.peer.blocked()
+        self._marks.changed(sum(len(part) for part in parts))
+
+    def _blocked(self) -> None:
+        assert self.peer is not None
+        self._may_read.clear()
+        self.peer.blocked()
+
+    def _drained(self) -> None:
+        assert self.peer is not None
+        self._may_read.set()
+        self.peer.drained()
 
     def abort(self) -> None:
         """Close now, dropping what is queued; the threads see the closed socket and end."""
@@ -220,7 +221,7 @@ class _Connection:
             self._outbox.clear()
             self._closing = True
             self._ready.notify()
-        self._unsent = 0
+        self._marks.drop()
         self._may_read.set()
         self._close()
 
@@ -228,13 +229,6 @@ class _Connection:
         with self._ready:
             self._closing = True
             self._ready.notify()
-
-    def _sent(self, size: int) -> None:
-        self._unsent -= size
-        if self._blocked and self._unsent < LOW_WATER and self.peer is not None:
-            self._blocked = False
-            self._may_read.set()
-            self.peer.drained()
 
     def _reader(self, received: Callable[[bytes], None]) -> None:
         while True:
@@ -269,12 +263,12 @@ class _Connection:
                 with self._ready:
                     while not self._outbox and not self._closing:
                         self._ready.wait()
-                    data = b"".join(self._outbox)
-                    self._outbox.clear()
+                    parts, self._outbox = self._outbox, []
                     closing = self._closing
-                if data:
-                    self._send(data)
-                    self._loop.post(partial(self._sent, len(data)))
+                if parts:
+                    # Each frame as it is, in one vectored send: no joined copy of the batch.
+                    self._send(parts)
+                    self._loop.post(partial(self._marks.changed, -sum(map(len, parts))))
                 if closing and not self._outbox:
                     return
         except OSError:
@@ -288,7 +282,8 @@ class _SocketConnection(_Connection):
     and the owner reads it. Once upgraded it gets a reader and a writer thread like any other."""
 
     def __init__(self, loop: _Loop, sock: socket.socket) -> None:
-        super().__init__(loop, lambda: sock.recv(1 << 16), sock.sendall, self._shut)
+        super().__init__(loop, lambda: sock.recv(1 << 16), partial(send_all, sock.sendmsg),
+                         self._shut)
         self._sock = sock
         self._fd = sock.fileno()
         self._received: Callable[[bytes], None] | None = None
@@ -332,10 +327,9 @@ class _SocketConnection(_Connection):
             return
         self._ended = True
         self._loop.unwatch_read(self._fd)
-        answer = b"".join(self._outbox)
-        self._outbox.clear()
+        answer, self._outbox = self._outbox, []
         try:
-            self._sock.send(answer)  # a few hundred bytes into an empty buffer: taken whole
+            self._sock.sendmsg(answer)  # a few hundred bytes into an empty buffer: taken whole
         except OSError:
             pass
         self._shut()
@@ -352,38 +346,29 @@ class _SocketConnection(_Connection):
 
 def serve(
     listen: str = "ws://127.0.0.1:0",
+    options: Options | None = None,
     *,
-    config: Config | None = None,
-    token: str | None = None,
-    trace: Callable[[str], None] | None = None,
-    ready: Callable[[str], None] | None = None,
     stop: threading.Event | None = None,
-    ping_interval: float = PING_INTERVAL,
-    fs_roots: Sequence[str] = (),
-    backend: Backend | None = None,
-    redact_trace: bool = False,
+    **keywords: Any,
 ) -> None:
     """Serve on this thread until ``stop`` is set (or, for stdio, stdin ends); then shut down.
 
-    ``ready`` gets the bound address (``ws://IP:PORT``, or ``stdio``) once clients can connect.
-    Every process the server started is terminated and finalized before this returns. If the
-    core fails (a bug), the server stops the same way with every process killed, and this
-    raises `CoreFailed`.
+    ``options`` (an `Options`), or its fields as keywords, say the rest. Every process the
+    server started is terminated and finalized before this returns. If the core fails (a bug),
+    the server stops the same way with every process killed, and this raises `CoreFailed`.
     """
-    where = Listen.parse(listen)
-    loop = _Loop()
-    core, backend = make_core(config, trace, backend, redact_trace)
-    driver = Driver(core, loop, Files(fs_roots, config.floor if config else None), backend)
+    options = Options.of(options, keywords)
     stop = stop if stop is not None else threading.Event()
     stopping = threading.Event()  # seen by the owner; set on the owner when `stop` fires
-    driver.on_failure = stopping.set
+    loop = _Loop()
+    server = Server(listen, options, loop, stopping.set)
+
     def relay_stop() -> None:  # `stop` may be set from any thread; the owner must hear it
         stop.wait()
         loop.post(stopping.set)
 
     threading.Thread(target=relay_stop, daemon=True).start()
-    listener: socket.socket | None = None
-    if where.stdio:
+    if server.where.stdio:
         stdin, stdout = os.dup(0), os.dup(1)
 
         def close_stdio() -> None:
@@ -393,9 +378,9 @@ def serve(
                 except OSError:
                     pass
 
-        conn = _Connection(loop, lambda: os.read(stdin, 1 << 16), lambda d: _write_all(stdout, d),
-                           close_stdio)
-        stdio = StdioPeer(driver, conn.write, conn.hang_up)
+        conn = _Connection(loop, lambda: os.read(stdin, 1 << 16),
+                           partial(send_all, partial(os.writev, stdout)), close_stdio)
+        stdio = StdioPeer(server.driver, conn.write, conn.hang_up)
         conn.peer = stdio
         stdio.opened("stdio")
 
@@ -405,76 +390,21 @@ def serve(
                 stopping.set()
 
         conn.start(stdio_received)
-        address = "stdio"
     else:
-        family = socket.AF_INET6 if ":" in where.host else socket.AF_INET
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((where.host, where.port))
-        listener.listen(128)
-        address = where.describe(listener.getsockname())
-        gate = Gate(config)
-        threading.Thread(target=_accept,
-                         args=(listener, loop, driver, token, ping_interval, gate),
-                         daemon=True).start()
-    if ready is not None:
-        ready(address)
+        server.listen(partial(_open, loop, server))
+    server.announce()
     loop.run_until(stopping.is_set)
-    if listener is not None:
-        listener.close()
     idle = threading.Event()
-    driver.on_idle = idle.set
-    driver.shutdown()
+    server.shut_down(idle.set)
     loop.run_until(idle.is_set)
     loop.close()
-    driver.raise_if_failed()
+    server.finish()
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _accept(listener: socket.socket, loop: _Loop, driver: Driver, token: str | None,
-            ping_interval: float, gate: Gate) -> None:
-    trouble = AcceptTrouble()
-    while True:
-        try:
-            sock, address = listener.accept()
-        except OSError as exc:
-            if exc.errno not in EXHAUSTED:
-                return  # the listener was closed: shutting down
-            trouble.failed(exc)
-            time.sleep(ACCEPT_RETRY)
-            continue
-        trouble.accepted()
-        loop.post(partial(_open, sock, address, loop, driver, token, ping_interval, gate))
-
-
-def _open(sock: socket.socket, address: Any, loop: _Loop, driver: Driver, token: str | None,
-          ping_interval: float, gate: Gate) -> None:
-    if not gate.admit(loop.now()):
-        sock.close()  # too many connections still in their upgrade: keep the descriptor
-        return
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def _open(loop: _Loop, server: Server, sock: socket.socket, label: str) -> None:
     conn = _SocketConnection(loop, sock)
-    label = f"{address[0]}:{address[1]}"
-    peer = WsPeer(driver, conn.write, conn.hang_up, token, gate, label, abort=conn.abort)
-    conn.peer = peer
-
-    def ping() -> None:
-        if peer.open and not peer.closing:
-            peer.ping()
-            loop.call_at(loop.now() + ping_interval, ping)
-
-    def received(data: bytes) -> None:
-        was_open = peer.open
-        peer.received(data, label)
-        if peer.open and not was_open:
-            loop.call_at(loop.now() + ping_interval, ping)
-
-    conn.start(received)
+    peer = conn.peer = server.ws_peer(label, conn.write, conn.hang_up, abort=conn.abort)
+    conn.start(lambda data: peer.received(data, label))
 
 
 def run(listen: str, **options: Any) -> None:

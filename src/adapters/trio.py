@@ -8,10 +8,9 @@ owns the core.
 
 from __future__ import annotations
 
-import itertools
-import logging
 import os
 import signal
+import socket
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -19,15 +18,10 @@ from typing import Any
 
 import trio
 
-from execproto import Config
-
-from ._driver import CoreFailed, Driver
-from ._fs import Files
-from .backends import Backend
-from ._listen import Listen, QuietRetries
-from ._peer import HIGH_WATER, LOW_WATER, Gate, Peer, StdioPeer, WsPeer
-from ._serve import PING_INTERVAL, make_core
-from ._sockwriter import BATCH
+from ._driver import CoreFailed
+from ._peer import Peer, StdioPeer, WaterMarks
+from ._serve import Options, Server
+from ._sockwriter import Buffer, advance, batch
 
 
 class _Loop:
@@ -115,15 +109,14 @@ class _Loop:
 
 
 class _Connection:
-    """Moves one connection's bytes: a reader, a writer with a counted outbox, a pinger."""
+    """Moves one connection's bytes: a reader, and a writer with a counted outbox."""
 
     def __init__(self, receive: Any, send: Any, close: Any) -> None:
         self._receive = receive
         self._send = send
         self._close = close
         self._outbox: list[bytes] = []
-        self._unsent = 0
-        self._blocked = False
+        self._marks = WaterMarks(self._blocked, self._drained)
         self._closing = False
         self._wake = trio.Event()
         self._readable = trio.Event()  # unset while blocked: no requests are read
@@ -133,17 +126,23 @@ class _Connection:
 
     def write(self, parts: Sequence[bytes]) -> None:
         self._outbox.extend(parts)
-        self._unsent += sum(len(part) for part in parts)
         self._wake.set()
-        if not self._blocked and self._unsent > HIGH_WATER and self.peer is not None:
-            self._blocked = True
-            self._readable = trio.Event()
-            self.peer.blocked()
+        self._marks.changed(sum(len(part) for part in parts))
+
+    def _blocked(self) -> None:
+        assert self.peer is not None
+        self._readable = trio.Event()
+        self.peer.blocked()
+
+    def _drained(self) -> None:
+        assert self.peer is not None
+        self._readable.set()
+        self.peer.drained()
 
     def abort(self) -> None:
         """Close now, dropping what is queued."""
         self._outbox.clear()
-        self._unsent = 0
+        self._marks.drop()
         self._closing = True
         if self._scope is not None:
             self._scope.cancel()
@@ -160,11 +159,7 @@ class _Connection:
                 while self._outbox:
                     parts, self._outbox = self._outbox, []
                     await self._send(parts)
-                    self._unsent -= sum(len(part) for part in parts)
-                    if self._blocked and self._unsent < LOW_WATER and self.peer is not None:
-                        self._blocked = False
-                        self._readable.set()
-                        self.peer.drained()
+                    self._marks.changed(-sum(len(part) for part in parts))
                 if self._closing:
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -172,14 +167,12 @@ class _Connection:
         finally:
             done.cancel()
 
-    async def run(self, received: Callable[[bytes], None], pinger: Any = None) -> None:
+    async def run(self, received: Callable[[bytes], None]) -> None:
         assert self.peer is not None
         try:
             async with trio.open_nursery() as nursery:
                 self._scope = nursery.cancel_scope
                 nursery.start_soon(self._writer, nursery.cancel_scope)
-                if pinger is not None:
-                    nursery.start_soon(pinger)
                 try:
                     while not self._closing:
                         await self._readable.wait()
@@ -193,7 +186,7 @@ class _Connection:
                     nursery.cancel_scope.cancel()  # the peer went away: nothing left to send
         finally:
             self._outbox.clear()  # whatever was not sent goes now, not when a cycle is collected
-            self._unsent = 0
+            self._marks.drop()
             self.peer.lost()
             with trio.CancelScope(shield=True):
                 await self._close()
@@ -201,70 +194,40 @@ class _Connection:
 
 async def _send_parts(sock: Any, parts: list[bytes]) -> None:
     """Send ``parts`` with vectored sends: no joined copy of a connection's whole backlog."""
-    views = deque(memoryview(part) for part in parts)
+    views: deque[Buffer] = deque(parts)
     while views:
-        sent = await sock.sendmsg(list(itertools.islice(views, BATCH)))
-        while sent:
-            if len(views[0]) <= sent:
-                sent -= len(views.popleft())
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
+        advance(views, await sock.sendmsg(batch(views)))
 
 
 async def serve(
     listen: str = "ws://127.0.0.1:0",
+    options: Options | None = None,
     *,
-    config: Config | None = None,
-    token: str | None = None,
-    trace: Callable[[str], None] | None = None,
-    ready: Callable[[str], None] | None = None,
     stop: trio.Event | None = None,
-    ping_interval: float = PING_INTERVAL,
-    fs_roots: Sequence[str] = (),
-    backend: Backend | None = None,
-    redact_trace: bool = False,
+    **keywords: Any,
 ) -> None:
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
 
-    ``ready`` gets the bound address (``ws://IP:PORT``, or ``stdio``) once clients can connect.
-    Every process the server started is terminated and finalized before this returns. If the
-    core fails (a bug), ``stop`` is set, the server stops the same way with every process
-    killed, and this raises `CoreFailed`.
+    ``options`` (an `Options`), or its fields as keywords, say the rest. Every process the
+    server started is terminated and finalized before this returns. If the core fails (a bug),
+    ``stop`` is set, the server stops the same way with every process killed, and this raises
+    `CoreFailed`.
     """
-    where = Listen.parse(listen)
+    options = Options.of(options, keywords)
     stop = stop if stop is not None else trio.Event()
-    accepting = trio.CancelScope()
     async with trio.open_nursery() as nursery:
-        core, backend = make_core(config, trace, backend, redact_trace)
-        driver = Driver(core, _Loop(nursery), Files(fs_roots, config.floor if config else None), backend)
-        driver.on_failure = stop.set
+        server = Server(listen, options, _Loop(nursery), stop.set)
 
-        gate = Gate(config)
-
-        async def websocket(stream: trio.SocketStream) -> None:
-            if not gate.admit(trio.current_time()):
-                await stream.aclose()  # too many connections still in their upgrade
-                return
-            try:
-                host, port = stream.socket.getpeername()[:2]
-            except OSError:  # reset before we got to it; an exception here would end serving
-                await stream.aclose()
-                return
+        def websocket(sock: socket.socket, label: str) -> None:
+            # The peer is made here, not in the task: it counts against the gate at once, so
+            # the next connection accepted in the same wakeup sees it.
+            stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
             conn = _Connection(stream.receive_some, partial(_send_parts, stream.socket),
                                stream.aclose)
-            peer = WsPeer(driver, conn.write, conn.hang_up, token, gate, f"{host}:{port}",
-                          abort=conn.abort)
-            conn.peer = peer
+            peer = conn.peer = server.ws_peer(label, conn.write, conn.hang_up, abort=conn.abort)
+            nursery.start_soon(conn.run, lambda data: peer.received(data, label))
 
-            async def pinger() -> None:
-                while True:
-                    await trio.sleep(ping_interval)
-                    peer.ping()
-
-            await conn.run(lambda data: peer.received(data, f"{host}:{port}"), pinger)
-
-        if where.stdio:
+        if server.where.stdio:
             stdin = trio.lowlevel.FdStream(os.dup(0))
             stdout = trio.lowlevel.FdStream(os.dup(1))
 
@@ -276,7 +239,7 @@ async def serve(
                 await stdout.send_all(b"".join(parts))
 
             conn = _Connection(stdin.receive_some, send_joined, close_both)
-            stdio = StdioPeer(driver, conn.write, conn.hang_up)
+            stdio = StdioPeer(server.driver, conn.write, conn.hang_up)
             conn.peer = stdio
             stdio.opened("stdio")
 
@@ -285,36 +248,16 @@ async def serve(
                 stop.set()
 
             nursery.start_soon(stdio_session)
-            address = "stdio"
-            listeners: list[trio.SocketListener] = []
         else:
-            listeners = await trio.open_tcp_listeners(where.port, host=where.host)
-            # trio sleeps and retries when accept runs out of descriptors, logging a traceback
-            # each time; one line now and then says as much.
-            retries = logging.getLogger("trio.serve_listeners")
-            if not any(isinstance(f, QuietRetries) for f in retries.filters):
-                retries.addFilter(QuietRetries())
-            address = where.describe(listeners[0].socket.getsockname())
-
-            async def accept() -> None:
-                # Connections run in the outer nursery, so stopping the accepting leaves them
-                # up to hear the shutdown.
-                with accepting:
-                    await trio.serve_listeners(websocket, listeners, handler_nursery=nursery)
-
-            nursery.start_soon(accept)
-        if ready is not None:
-            ready(address)
+            # Connections run in this nursery, so they outlive the listener to hear the stop.
+            server.listen(websocket)
+        server.announce()
         await stop.wait()
-        accepting.cancel()
-        for listener in listeners:
-            await listener.aclose()
         idle = trio.Event()
-        driver.on_idle = idle.set
-        driver.shutdown()
+        server.shut_down(idle.set)
         await idle.wait()
         nursery.cancel_scope.cancel()
-    driver.raise_if_failed()  # out of the nursery, so not wrapped in an exception group
+    server.finish()  # out of the nursery, so not wrapped in an exception group
 
 
 def run(listen: str, **options: Any) -> None:

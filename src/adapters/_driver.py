@@ -51,6 +51,7 @@ from execproto import (
     WatchMissing,
     WriteStdin,
 )
+from execproto._errors import INTERNAL_ERROR
 from execproto._trace import Recorder
 
 from . import _http, _posix
@@ -263,7 +264,7 @@ class Driver:
         elif isinstance(action, Spawn):  # spawned, but not watched: it must not run unseen
             self._children[action.proc].signal_group("KILL")
         elif isinstance(action, RunFs):
-            self.feed(FsCompleted(op=action.op, error=RpcError(-32603, f"failed: {why}")))
+            self.feed(FsCompleted(op=action.op, error=RpcError(INTERNAL_ERROR, f"failed: {why}")))
         elif isinstance(action, RunHttp):  # whatever its worker may still post is dropped
             self._http.pop(action.op, None)
             self.feed(HttpFinished(op=action.op, error=why))
@@ -508,7 +509,7 @@ class Driver:
         def done(outcome: Any) -> None:
             if isinstance(outcome, BaseException):  # a bug in the fs code: say so, keep serving
                 log.error("%s failed", action.request.method, exc_info=outcome)
-                outcome = (None, RpcError(-32603, f"{action.request.method} failed: {outcome}"))
+                outcome = (None, RpcError(INTERNAL_ERROR, f"{action.request.method} failed: {outcome}"))
             result, error = outcome
             self.feed(FsCompleted(op=action.op, result=result, error=error))
 

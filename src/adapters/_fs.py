@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from execproto import FsRequest, Policy, RpcError, uri_from_path
+from execproto._errors import INTERNAL_ERROR, INVALID_REQUEST, NOT_FOUND
 
 from . import _envconfig, _skills
 from ._beneath import Scope, resolved_policy
@@ -30,15 +31,15 @@ MAX_READ_FILE = 64 << 20  # fs/readFile answers in one message; bigger files go 
 
 
 def _refused(message: str) -> RpcError:
-    return RpcError(-32600, message)
+    return RpcError(INVALID_REQUEST, message)
 
 
 def _os_error(exc: OSError) -> RpcError:
     if exc.errno == errno.ENOENT:
-        return RpcError(-32004, os_error_text(exc))
+        return RpcError(NOT_FOUND, os_error_text(exc))
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return RpcError(-32600, os_error_text(exc))
-    return RpcError(-32603, os_error_text(exc))
+        return RpcError(INVALID_REQUEST, os_error_text(exc))
+    return RpcError(INTERNAL_ERROR, os_error_text(exc))
 
 
 class Files:
@@ -245,7 +246,7 @@ class Files:
         with self._lock:
             found = self._handles.get((conn, p["handleId"]))
         if found is None:
-            raise RpcError(-32004, f"unknown file handle `{p['handleId']}`")
+            raise RpcError(NOT_FOUND, f"unknown file handle `{p['handleId']}`")
         fd = found[0]
         data = os.pread(fd, p["len"], p["offset"])
         size = os.fstat(fd).st_size
@@ -258,7 +259,7 @@ class Files:
         with self._lock:
             found = self._handles.get((conn, p["handleId"]))
         if found is None:
-            raise RpcError(-32004, f"unknown file handle `{p['handleId']}`")
+            raise RpcError(NOT_FOUND, f"unknown file handle `{p['handleId']}`")
         view, offset = memoryview(p["data"]), p["offset"]
         while view:  # positional: blocks may come in any order, past the end leaves a hole
             written = os.pwrite(found[0], view, offset)

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 
 from execproto import (
+    CONNECTION_LOST,
     ClientCore,
     ClientEvent,
     ClientState,
@@ -307,7 +308,7 @@ class Client:
                     continue
                 if isinstance(event, Response):
                     waiter.settle(event.result)
-                elif event.code == -1:
+                elif event.code == CONNECTION_LOST:
                     waiter.settle(error=ConnectionLost(event.message))
                 else:
                     waiter.settle(error=RemoteError(event.code, event.message, event.data))

@@ -10,7 +10,8 @@ A hypothesis `RuleBasedStateMachine` plays every participant the core talks to:
 - the transport reports `SendBlocked` / `SendDrained`;
 - time advances, with a `Tick` at every deadline the core asked for (as `Harness.advance` does).
 
-Beside the world runs a reference model of the protocol (PROTOCOL.md): it predicts every step's
+Beside the world runs a reference model of the protocol (docs/protocol.md; holding, pausing and
+the deadlines as docs/design.md and `execproto._lifecycle` state them): it predicts every step's
 responses, notifications, signals, spawns, stdin writes, pause/resume and finalizations, and the
 step compares them with what the core emitted. Invariants that need no model at all (seq
 consistency, no signal after exit, one `Finalize`, no byte lost or corrupted) are checked on what
@@ -19,6 +20,23 @@ detached ones) and the recorded trace must replay identically.
 
 Times are exact binary fractions and the model computes every deadline with the same arithmetic
 as the core, so "the core missed a deadline" is an exact check (`no_deadline_missed`).
+
+One machine, so one file; its sections, in order (the ``# --`` banners):
+
+- `CONFIGS` and the pools the rules draw from (connections, processIds, write ids, exit codes).
+- *the model's state*: `MConn`, `MSession`, `MProc` (a process's expected log, seqs, hold and
+  read results), `PendingRead`, and `Expect` (what one step must emit).
+- *the state machine*, `CoreModel`:
+  - *feeding one event, and checking its actions*: `feed` predicts, then `_check` compares;
+  - *expectations helpers*: `_expect_*`, and the model's follow-ups (`_notify`, `_wake`,
+    `_sync` for pause/resume, `_terminate`, `_close`);
+  - *the model: what each event must do*: `_predict` and the `_predict_*` methods (spawn,
+    spawn failure, exit, deadlines, each request);
+  - *clients*: the rules (connect and handshake, calls before it, start, spawn results, output
+    and EOF, exit, read and long poll, write, signal and terminate, disconnect, flow control,
+    advancing time, reading everything back);
+  - *invariants*, checked without the model; then `teardown`.
+- The settings (examples, steps per run) and `TestCoreModel`.
 """
 
 from __future__ import annotations
@@ -205,7 +223,8 @@ class MProc:
         return self.log_bytes >= config.retention_bytes or len(self.log) >= config.retention_chunks
 
     def trim(self, config: Config) -> None:
-        # Newest chunks are kept, never the newest one dropped (PROTOCOL.md "Retention").
+        # Newest chunks are kept, never the newest one dropped (docs/design.md, "Output,
+        # retention and flow control").
         while len(self.log) > 1 and (
             self.log_bytes > config.retention_bytes or len(self.log) > config.retention_chunks
         ):
@@ -215,7 +234,7 @@ class MProc:
             self.dropped_bytes += size_gone
 
     def ready(self, after: int) -> bool:
-        """Whether a read at ``after`` is answered at once (PROTOCOL.md, process/read)."""
+        """Whether a read at ``after`` is answered at once (docs/protocol.md, `process/read`)."""
         if self.phase == CLOSED or (self.log and self.log[-1] > after):
             return True
         return self.phase == EXITED and after < self.next_seq - 1

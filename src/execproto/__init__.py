@@ -3,6 +3,10 @@
 Feed `ServerCore.handle` events and a time; carry out the actions it returns. `ClientCore` is
 the client side, in the same style. Adapters that bind them to real processes and websockets
 live in `execproto.adapters`.
+
+Error codes: `RpcError.code` and `Failure.code` are JSON-RPC codes, named here
+(`INVALID_REQUEST`, `INVALID_PARAMS`, `INTERNAL_ERROR`, `NOT_FOUND`, `SESSION_ATTACHED`, ...),
+or `CONNECTION_LOST` on the client side.
 """
 
 from ._actions import (
@@ -44,7 +48,17 @@ from ._client_events import (
 )
 from ._config import Config, Host
 from ._env import EnvPolicy, child_environment
-from ._errors import LocalProtocolError, RpcError
+from ._errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    NOT_FOUND,
+    PARSE_ERROR,
+    SESSION_ATTACHED,
+    LocalProtocolError,
+    RpcError,
+)
 from ._events import (
     ConnectionClosed,
     ConnectionOpened,
@@ -73,6 +87,13 @@ from ._trace import Recorder, ReplayResult, replay
 
 __all__ = [
     "CONNECTION_LOST",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "NOT_FOUND",
+    "PARSE_ERROR",
+    "SESSION_ATTACHED",
     "Action",
     "CancelHttp",
     "ClientCore",

@@ -12,13 +12,19 @@ from typing import Any
 
 import attrs
 
-# JSON-RPC error codes used on the wire (see docs/protocol.md).
-INVALID_REQUEST = -32600
+# JSON-RPC error codes used on the wire (see docs/protocol.md), exported by execproto so that
+# neither side spells a bare number.
+#
+# JSON-RPC's own. The server never sends PARSE_ERROR: like the reference, it answers a frame that
+# is not a message with INVALID_REQUEST (and id -1); the name is here for clients of other servers.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600  # also: a call out of order, a refusal (not a file, outside the roots)
 METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-NOT_FOUND = -32004
-SESSION_ATTACHED = -32010
+INVALID_PARAMS = -32602  # also: a spawn the backend refused, a sandbox it cannot enforce
+INTERNAL_ERROR = -32603  # also: an OS error (its own words), a spawn that failed
+# The exec-server's own, in the range JSON-RPC leaves to servers.
+NOT_FOUND = -32004  # a path that does not exist, or an unknown fs handle
+SESSION_ATTACHED = -32010  # the session to resume is still attached to another connection
 
 
 class LocalProtocolError(Exception):
@@ -38,6 +44,7 @@ class RpcError(Exception):
     data: Any = None
 
     def to_json(self) -> dict[str, Any]:
+        """The ``error`` member of a response: ``code``, ``message``, and ``data`` if set."""
         error: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.data is not None:
             error["data"] = self.data

@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import RpcError, invalid_params, invalid_request
+from ._errors import INVALID_PARAMS, RpcError, invalid_params, invalid_request
 from ._jsonrpc import describe
 from ._fields import Fields, text, wrong_type
 from ._paths import ForeignPath, parse_uri
@@ -138,7 +138,7 @@ class _Uris:
                     prefix = "invalid sandbox permission path URI: "
                 raise invalid_request(f"{prefix}'{uri}' is invalid on 'linux'") from None
             raise RpcError(
-                -32602,
+                INVALID_PARAMS,
                 f"failed to prepare process sandbox: invalid sandbox {what}: "
                 f"'{uri}' is invalid on 'linux'",
                 {"kind": "sandboxPreparation"},

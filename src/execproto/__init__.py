@@ -1,15 +1,51 @@
 """execproto: the Codex exec-server protocol as a pure, I/O-free state machine.
 
-Feed `ServerCore.handle` events and a time; carry out the actions it returns. `ClientCore` is
-the client side, in the same style. Adapters that bind them to real processes and websockets
-live in `execproto.adapters`.
+Feed `ServerCore.handle` events and a time; carry out the actions it returns. The events are
+in `execproto.events` (each an `Event`), the actions in `execproto.actions` (each an `Action`);
+everything named in ``__all__`` is also importable from here. `ClientCore` is the client side,
+in the same style. Adapters that bind them to real processes and websockets live in
+`execproto.adapters`.
 
 Error codes: `RpcError.code` and `Failure.code` are JSON-RPC codes, named here
 (`INVALID_REQUEST`, `INVALID_PARAMS`, `INTERNAL_ERROR`, `NOT_FOUND`, `SESSION_ATTACHED`, ...),
 or `CONNECTION_LOST` on the client side.
 """
 
-from ._actions import (
+from ._client import ClientCore
+from ._client_events import (
+    CONNECTION_LOST,
+    ClientEvent,
+    Closed,
+    Exited,
+    Failure,
+    HandshakeFailed,
+    HttpBodyDelta,
+    Output,
+    OutputLost,
+    Ready,
+    Response,
+    ServerMisbehaved,
+    SessionLost,
+)
+from ._client_tracks import ClientState
+from ._config import Config, Host
+from ._env import EnvPolicy, child_environment
+from ._errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    NOT_FOUND,
+    PARSE_ERROR,
+    SESSION_ATTACHED,
+    LocalProtocolError,
+    RpcError,
+)
+from ._paths import path_from_uri, uri_from_path
+from ._policy import PathRule, Policy
+from ._server import ServerCore
+from ._trace import Recorder, ReplayResult, replay
+from .actions import (
     Action,
     CancelHttp,
     CloseConnection,
@@ -29,37 +65,7 @@ from ._actions import (
     WatchMissing,
     WriteStdin,
 )
-from ._client import ClientCore
-from ._client_tracks import ClientState
-from ._client_events import (
-    CONNECTION_LOST,
-    ClientEvent,
-    Closed,
-    Exited,
-    Failure,
-    HandshakeFailed,
-    HttpBodyDelta,
-    Output,
-    OutputLost,
-    Ready,
-    Response,
-    ServerMisbehaved,
-    SessionLost,
-)
-from ._config import Config, Host
-from ._env import EnvPolicy, child_environment
-from ._errors import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    NOT_FOUND,
-    PARSE_ERROR,
-    SESSION_ATTACHED,
-    LocalProtocolError,
-    RpcError,
-)
-from ._events import (
+from .events import (
     ConnectionClosed,
     ConnectionOpened,
     Event,
@@ -80,10 +86,6 @@ from ._events import (
     StreamClosed,
     Tick,
 )
-from ._paths import path_from_uri, uri_from_path
-from ._policy import PathRule, Policy
-from ._server import ServerCore
-from ._trace import Recorder, ReplayResult, replay
 
 __all__ = [
     "CONNECTION_LOST",

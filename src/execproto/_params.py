@@ -19,6 +19,7 @@ from ._errors import invalid_params
 from ._fields import Fields, text, wrong_type
 from ._paths import cwd_from_uri
 from ._sandbox import SandboxRequest
+from .actions import SignalName
 
 
 @attrs.frozen(kw_only=True)
@@ -177,10 +178,10 @@ def write(params: Any) -> WriteParams:
 
 
 # Wire name -> the signal the process group gets. The reference knows only "interrupt".
-SIGNALS = {"interrupt": "INT"}
+SIGNALS: dict[str, SignalName] = {"interrupt": "INT"}
 
 
-def _signal(value: Any) -> str:
+def _signal(value: Any) -> SignalName:
     # An enum variant may be written as "name" or as {"name": null}.
     if isinstance(value, dict):
         if len(value) != 1:
@@ -197,7 +198,7 @@ def _signal(value: Any) -> str:
 @attrs.frozen(kw_only=True)
 class SignalParams:
     process_id: str
-    signal: str
+    signal: SignalName
 
 
 def signal(params: Any) -> SignalParams:

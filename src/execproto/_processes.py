@@ -11,17 +11,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _descriptors, _params, _sandbox
-from ._actions import (
-    CloseStdin,
-    Finalize,
-    PauseOutput,
-    ResumeOutput,
-    Send,
-    Signal,
-    Spawn,
-    SpawnSpec,
-    WriteStdin,
-)
 from ._env import child_environment
 from ._errors import (
     LocalProtocolError,
@@ -29,14 +18,6 @@ from ._errors import (
     internal_error,
     invalid_params,
     invalid_request,
-)
-from ._events import (
-    FinalizeFailed,
-    OutputReceived,
-    ProcessExited,
-    ProcessSpawned,
-    SpawnFailed,
-    StreamClosed,
 )
 from ._jsonrpc import Id
 from ._lifecycle import (
@@ -57,6 +38,25 @@ from ._policy import Policy, narrow
 from ._process import Process
 from ._session import Connection, PendingRead, Session
 from ._state import CoreState
+from .actions import (
+    CloseStdin,
+    Finalize,
+    PauseOutput,
+    ResumeOutput,
+    Send,
+    Signal,
+    Spawn,
+    SpawnSpec,
+    WriteStdin,
+)
+from .events import (
+    FinalizeFailed,
+    OutputReceived,
+    ProcessExited,
+    ProcessSpawned,
+    SpawnFailed,
+    StreamClosed,
+)
 
 ABANDONED = "output pipes abandoned: a descendant kept them open after the process was terminated"
 

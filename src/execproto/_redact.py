@@ -22,10 +22,10 @@ from typing import Any
 
 import attrs
 
-from ._actions import Send, Spawn, WriteStdin
 from ._config import Host
 from ._env import DEFAULT_EXCLUDES, _matches
-from ._events import MessageReceived, OutputReceived
+from .actions import Send, Spawn, WriteStdin
+from .events import MessageReceived, OutputReceived
 
 FILLER = b"x"
 

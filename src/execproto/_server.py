@@ -13,7 +13,6 @@ from typing import Any
 import attrs
 
 from . import _fs_params, _host_params, _jsonrpc, _params
-from ._actions import Action, CloseConnection, FsRequest
 from ._config import Config, Host
 from ._errors import (
     METHOD_NOT_FOUND,
@@ -22,7 +21,14 @@ from ._errors import (
     RpcError,
     invalid_request,
 )
-from ._events import (
+from ._jsonrpc import Id
+from ._lifecycle import SESSION_EVENTS, Do, SessionInput, Timer, may_hold
+from ._processes import ProcessHandlers
+from ._services import parse_fs, parse_http
+from ._session import Connection, Handshake, Session
+from ._watches import WatchHandlers
+from .actions import Action, CloseConnection, FsRequest
+from .events import (
     ConnectionClosed,
     ConnectionOpened,
     Event,
@@ -43,12 +49,6 @@ from ._events import (
     StreamClosed,
     Tick,
 )
-from ._jsonrpc import Id
-from ._lifecycle import SESSION_EVENTS, Do, SessionInput, Timer, may_hold
-from ._processes import ProcessHandlers
-from ._services import parse_fs, parse_http
-from ._session import Connection, Handshake, Session
-from ._watches import WatchHandlers
 
 Handler = Callable[[Connection, Session, Id, Any], None]
 

@@ -16,11 +16,15 @@ from urllib.parse import urlsplit
 import attrs
 
 from . import _fs_params, _sandbox
-from ._actions import CancelHttp, FsRequest, HttpRequest, RunFs, RunHttp, Send
 from ._b64 import decode, decode_or_raise
-from ._errors import NOT_FOUND, LocalProtocolError, RpcError, internal_error, invalid_params
-from ._errors import invalid_request
-from ._events import FsCompleted, HttpBodyReceived, HttpFinished, HttpResponded
+from ._errors import (
+    NOT_FOUND,
+    LocalProtocolError,
+    RpcError,
+    internal_error,
+    invalid_params,
+    invalid_request,
+)
 from ._fields import Fields, text, wrong_type
 from ._jsonrpc import Id, encode_notification
 from ._paths import path_from_uri
@@ -28,6 +32,8 @@ from ._policy import narrow
 from ._sandbox import SandboxRequest
 from ._session import Connection, Session
 from ._state import CoreState
+from .actions import CancelHttp, FsRequest, HttpRequest, RunFs, RunHttp, Send
+from .events import FsCompleted, HttpBodyReceived, HttpFinished, HttpResponded
 
 MAX_BLOCK = 1 << 20
 MAX_HANDLE_ID_BYTES = 32  # the reference's limit, counted in UTF-8 bytes

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from . import _descriptors
-from ._actions import Action, Send
 from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError, invalid_request
 from ._jsonrpc import Id, encode_error, encode_notification, encode_result
@@ -17,6 +16,7 @@ from ._lifecycle import Timer
 from ._process import Process
 from ._session import Connection, Session
 from ._timers import Timers
+from .actions import Action, Send
 
 
 class CoreState:

@@ -21,19 +21,20 @@ from typing import Any
 
 import attrs
 
-from . import _actions, _events, _policy
+from . import _policy, actions, events
 from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError
-from ._events import Event
 from ._redact import Redactor
 from ._server import ServerCore
+from .actions import Action
+from .events import EVENT_TYPES, Event
 
 FORMAT = "execproto-trace"
 VERSION = 1
 
 _TYPES: dict[str, type] = {
     cls.__name__: cls
-    for module in (_events, _actions, _policy)
+    for module in (events, actions, _policy)
     for cls in vars(module).values()
     if isinstance(cls, type) and attrs.has(cls)
 }
@@ -104,8 +105,8 @@ class Recorder:
         self._shown: Callable[[Any], Any] = redactor or _same
         sink(_dumps(_header(core.config, redactor.host if redactor else core.host, redact)))
 
-    def handle(self, event: Event, now: float) -> list[_actions.Action]:
-        if type(event) not in _events.EVENT_TYPES:
+    def handle(self, event: Event, now: float) -> list[Action]:
+        if type(event) not in EVENT_TYPES:
             # Refused before recording: a trace holds only what a fresh core can be fed again.
             raise LocalProtocolError(f"not an event: {type(event).__name__}")
         step: dict[str, Any] = {"t": now, "event": to_json(self._shown(event))}

@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from . import _fs_params
-from ._actions import FsRequest, Send, Unwatch, WatchMissing
 from ._errors import LocalProtocolError
-from ._events import MissingChanged
 from ._jsonrpc import Id, encode_notification
 from ._services import ServiceHandlers, _Op
 from ._session import Connection, Session
+from .actions import FsRequest, Send, Unwatch, WatchMissing
+from .events import MissingChanged
 
 
 class WatchHandlers(ServiceHandlers):

@@ -53,7 +53,7 @@ from execproto import (
     WriteStdin,
     replay,
 )
-from execproto._events import EVENT_TYPES
+from execproto.events import EVENT_TYPES
 from execproto._trace import FORMAT, VERSION, from_json, load_header, to_json
 
 from .harness import Harness, b64, unb64

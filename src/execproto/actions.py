@@ -1,12 +1,54 @@
-"""Actions: what the adapter must do, in the order `ServerCore.handle` returns them."""
+"""Actions: what the adapter must do, in the order `ServerCore.handle` returns them.
+
+Every action is an instance of a subclass of `Action`; `ACTION_TYPES` lists them all, in the
+order they are defined here, and is derived from the classes below. `SpawnSpec`, `FsRequest` and
+`HttpRequest` are not actions but what `Spawn`, `RunFs` and `RunHttp` carry.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
 from ._policy import Policy
+
+__all__ = [
+    "ACTION_TYPES",
+    "Action",
+    "CancelHttp",
+    "CloseConnection",
+    "CloseStdin",
+    "Finalize",
+    "FinalizeStatus",
+    "FsRequest",
+    "HttpRequest",
+    "PauseOutput",
+    "ResumeOutput",
+    "RunFs",
+    "RunHttp",
+    "Send",
+    "Signal",
+    "SignalName",
+    "Spawn",
+    "SpawnSpec",
+    "Unwatch",
+    "WatchMissing",
+    "WriteStdin",
+]
+
+# The signals the core sends a process group: "INT" (``process/signal`` with "interrupt"), then
+# "TERM" and "KILL" (``process/terminate``, a session's expiry, `Shutdown`).
+SignalName = Literal["INT", "TERM", "KILL"]
+
+# How a process ended, for `Finalize`.
+FinalizeStatus = Literal["completed", "failed"]
+
+
+class Action:
+    """The base class of every action. The core returns only its subclasses."""
+
+    __slots__ = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -28,7 +70,7 @@ class SpawnSpec:
 
 
 @attrs.frozen(kw_only=True)
-class Send:
+class Send(Action):
     """Send one encoded JSON-RPC message (UTF-8 JSON, one frame or one line)."""
 
     conn: int
@@ -36,14 +78,18 @@ class Send:
 
 
 @attrs.frozen(kw_only=True)
-class CloseConnection:
+class CloseConnection(Action):
+    """Close the connection with a websocket close ``code`` and ``reason`` (stdio: just close),
+    then report `ConnectionClosed` as for any other close. Messages that arrive in between are
+    ignored."""
+
     conn: int
     code: int
     reason: str
 
 
 @attrs.frozen(kw_only=True)
-class Spawn:
+class Spawn(Action):
     """Start the process; answer with `ProcessSpawned` or `SpawnFailed` for the same ``proc``."""
 
     proc: int
@@ -51,18 +97,22 @@ class Spawn:
 
 
 @attrs.frozen(kw_only=True)
-class WriteStdin:
+class WriteStdin(Action):
+    """Write ``data`` to the process's stdin (its terminal, for a tty process), in order."""
+
     proc: int
     data: bytes
 
 
 @attrs.frozen(kw_only=True)
-class CloseStdin:
+class CloseStdin(Action):
+    """Close the process's stdin, so it reads EOF."""
+
     proc: int
 
 
 @attrs.frozen(kw_only=True)
-class Signal:
+class Signal(Action):
     """Send a signal ("INT", "TERM" or "KILL") to the process group.
 
     The core emits it only while the group leader is unreaped and not yet observed to exit, so
@@ -70,23 +120,25 @@ class Signal:
     """
 
     proc: int
-    signal: str
+    signal: SignalName
 
 
 @attrs.frozen(kw_only=True)
-class PauseOutput:
+class PauseOutput(Action):
     """Stop reading the process's output pipes (so the child blocks when they fill)."""
 
     proc: int
 
 
 @attrs.frozen(kw_only=True)
-class ResumeOutput:
+class ResumeOutput(Action):
+    """Read the process's output pipes again, after a `PauseOutput`."""
+
     proc: int
 
 
 @attrs.frozen(kw_only=True)
-class Finalize:
+class Finalize(Action):
     """The process is done: reap it, close whatever of its pipes is still open, release it.
 
     Emitted exactly once for every `Spawn`. ``status`` is "completed" (it ran, exited and was
@@ -96,7 +148,7 @@ class Finalize:
     """
 
     proc: int
-    status: str
+    status: FinalizeStatus
     exit_code: int | None
     timed_out: bool
 
@@ -116,7 +168,7 @@ class FsRequest:
 
 
 @attrs.frozen(kw_only=True)
-class RunFs:
+class RunFs(Action):
     """Run a blocking filesystem call off the event loop; answer with `FsCompleted`.
 
     Besides ``fs/*``, ``request.method`` may be ``environmentConfig/read``,
@@ -132,7 +184,7 @@ class RunFs:
 
 
 @attrs.frozen(kw_only=True)
-class WatchMissing:
+class WatchMissing(Action):
     """Watch for any of ``missing`` to appear (or ``present`` to go); answer with `FsCompleted`
     for ``op``: ``{"watching": true}`` when every missing path is absent and ``present`` (if
     any) exists, else ``{"watching": false}`` and nothing more. A watch that holds reports
@@ -150,7 +202,7 @@ class WatchMissing:
 
 
 @attrs.frozen(kw_only=True)
-class Unwatch:
+class Unwatch(Action):
     """Stop the watch (replaced, or its connection closed). Harmless if it already fired."""
 
     watch: int
@@ -158,6 +210,12 @@ class Unwatch:
 
 @attrs.frozen(kw_only=True)
 class HttpRequest:
+    """A validated ``http/request``: an http or https ``url`` and an HTTP ``method`` token.
+
+    ``timeout_ms`` None: no timeout. ``stream_response``: the body comes as `HttpBodyReceived`
+    events after `HttpResponded`, rather than in it.
+    """
+
     method: str
     url: str
     headers: tuple[tuple[str, str], ...]
@@ -168,7 +226,7 @@ class HttpRequest:
 
 
 @attrs.frozen(kw_only=True)
-class RunHttp:
+class RunHttp(Action):
     """Perform an HTTP request; answer with `HttpResponded`, then (streaming) body events."""
 
     op: int
@@ -176,23 +234,17 @@ class RunHttp:
 
 
 @attrs.frozen(kw_only=True)
-class CancelHttp:
+class CancelHttp(Action):
+    """Abandon the request ``op``: its connection closed. Events for it that are still on their
+    way are ignored."""
+
     op: int
 
 
-Action = (
-    Send
-    | CloseConnection
-    | Spawn
-    | WriteStdin
-    | CloseStdin
-    | Signal
-    | PauseOutput
-    | ResumeOutput
-    | Finalize
-    | RunFs
-    | WatchMissing
-    | Unwatch
-    | RunHttp
-    | CancelHttp
+# Every action class, from the definitions above (not Action.__subclasses__(): attrs replaces
+# each class with a slotted copy, and the first one lingers there until collected).
+ACTION_TYPES: tuple[type[Action], ...] = tuple(
+    value
+    for value in list(globals().values())
+    if isinstance(value, type) and issubclass(value, Action) and value is not Action
 )

@@ -1,0 +1,237 @@
+"""Events: what happened, reported by an adapter to `ServerCore.handle`.
+
+Every event is an instance of a subclass of `Event`; `EVENT_TYPES` lists them all, in the order
+they are defined here, and is derived from the classes below, so adding an event is adding its
+class. `ServerCore.handle` refuses anything else with `LocalProtocolError`.
+
+Handles: ``conn`` is chosen by the adapter (any int unique among its open connections); ``proc``
+and ``op`` are chosen by the core, in `Spawn`, `RunFs` and `RunHttp` actions, and come back here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+from ._errors import RpcError
+
+__all__ = [
+    "EVENT_TYPES",
+    "ConnectionClosed",
+    "ConnectionOpened",
+    "Event",
+    "FinalizeFailed",
+    "FsCompleted",
+    "HttpBodyReceived",
+    "HttpFinished",
+    "HttpResponded",
+    "MessageReceived",
+    "MissingChanged",
+    "OutputReceived",
+    "ProcessExited",
+    "ProcessSpawned",
+    "SendBlocked",
+    "SendDrained",
+    "Shutdown",
+    "SpawnFailed",
+    "SpawnFailure",
+    "Stream",
+    "StreamClosed",
+    "Tick",
+]
+
+# A process's output streams: "stdout" and "stderr" for a process with pipes, "pty" alone for
+# one with a terminal (which merges the two).
+Stream = Literal["stdout", "stderr", "pty"]
+
+# How a spawn failed, as the client's error data.kind: "spawnNotFound" (ENOENT),
+# "spawnPermissionDenied" (EACCES) or "spawnFailed" (anything else).
+SpawnFailure = Literal["spawnNotFound", "spawnPermissionDenied", "spawnFailed"]
+
+
+class Event:
+    """The base class of every event. Never fed to the core itself: only its subclasses are."""
+
+    __slots__ = ()
+
+
+@attrs.frozen(kw_only=True)
+class ConnectionOpened(Event):
+    """A client connected (a websocket finished its upgrade, or stdio started).
+
+    ``conn`` must not be open already. The client's first message decides whether the
+    connection starts a new session or resumes one.
+    """
+
+    conn: int
+    # Minted by the adapter (the core has no randomness); used if this connection starts a new
+    # session rather than resuming one.
+    session_id: str
+    # Who is on the other end, for messages: "websocket 127.0.0.1:50312", "stdio".
+    label: str = "client"
+
+
+@attrs.frozen(kw_only=True)
+class MessageReceived(Event):
+    """One whole message (a websocket text or binary message, or one stdio line) arrived.
+
+    ``data`` is passed as received; the core parses it, and answers a frame that is not JSON-RPC
+    with an error rather than raising.
+    """
+
+    conn: int
+    data: bytes | str
+
+
+@attrs.frozen(kw_only=True)
+class ConnectionClosed(Event):
+    """The connection is gone, whoever closed it. Its session detaches and waits to be resumed."""
+
+    conn: int
+
+
+@attrs.frozen(kw_only=True)
+class SendBlocked(Event):
+    """The connection's outgoing buffer is over the adapter's high-water mark."""
+
+    conn: int
+
+
+@attrs.frozen(kw_only=True)
+class SendDrained(Event):
+    """The connection's outgoing buffer is back under the adapter's low-water mark."""
+
+    conn: int
+
+
+@attrs.frozen(kw_only=True)
+class ProcessSpawned(Event):
+    """The process of a `Spawn` is running; ``pid`` is its process id (and process group)."""
+
+    proc: int
+    pid: int
+
+
+@attrs.frozen(kw_only=True)
+class SpawnFailed(Event):
+    """The process of a `Spawn` could not be started. The core still emits its `Finalize`."""
+
+    proc: int
+    # The OS error text, shown to the client, e.g. "No such file or directory (os error 2)".
+    error: str
+    # A `SpawnFailure`, the client's error data.kind. Typed str, since adapters pass on what
+    # their spawn reported.
+    kind: str = "spawnFailed"
+    # The backend refused the request (it cannot enforce it): -32602, and nothing was started.
+    refused: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class OutputReceived(Event):
+    """A chunk of a process's output, read from ``stream`` (a `Stream` still open).
+
+    Fed once per read, so this is the hot path: the core keeps it in the process's log and sends
+    it on to an attached client.
+    """
+
+    proc: int
+    # A `Stream`. Typed str (as in `StreamClosed`), since adapters pass on the names they keep
+    # their descriptors under; the core refuses one that is not open.
+    stream: str
+    data: bytes
+
+
+@attrs.frozen(kw_only=True)
+class StreamClosed(Event):
+    """``stream`` (a `Stream`) reached EOF. No output may follow on it."""
+
+    proc: int
+    stream: str
+
+
+@attrs.frozen(kw_only=True)
+class ProcessExited(Event):
+    """The direct child terminated (observed without reaping it)."""
+
+    proc: int
+    # As subprocess reports it: the exit status, or minus the signal number that killed it.
+    returncode: int
+
+
+@attrs.frozen(kw_only=True)
+class FinalizeFailed(Event):
+    """The backend's finalize hook failed for a process the core had finalized.
+
+    Recorded as the process's ``failure`` (shown by ``process/read``) while it is still readable.
+    """
+
+    proc: int
+    error: str
+
+
+@attrs.frozen(kw_only=True)
+class FsCompleted(Event):
+    """A `RunFs` call (or a `WatchMissing` watch's first check) is done: its ``result``, the
+    method's JSON result, or its ``error``, answered to the client as it is."""
+
+    op: int
+    result: Any = None
+    error: RpcError | None = None
+
+
+@attrs.frozen(kw_only=True)
+class MissingChanged(Event):
+    """A `WatchMissing` watch saw a missing path appear (or its present path go)."""
+
+    watch: int
+
+
+@attrs.frozen(kw_only=True)
+class HttpResponded(Event):
+    """An ``http/request`` got its status and headers (and, unless streaming, its body)."""
+
+    op: int
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes = b""
+
+
+@attrs.frozen(kw_only=True)
+class HttpBodyReceived(Event):
+    """A piece of a streamed response body, after `HttpResponded` and before `HttpFinished`."""
+
+    op: int
+    data: bytes
+
+
+@attrs.frozen(kw_only=True)
+class HttpFinished(Event):
+    """The request is over: the streamed body ended, or the request failed (``error``)."""
+
+    op: int
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Shutdown(Event):
+    """The server is stopping: close every connection and terminate every process.
+
+    Processes go through the usual terminate (TERM, KILL after the grace, abandoned pipes after
+    another), so each is still finalized exactly once; `ServerCore.idle` turns true when the
+    last one is. Connections opened after this are closed at once.
+    """
+
+
+@attrs.frozen(kw_only=True)
+class Tick(Event):
+    """A deadline from `ServerCore.next_deadline` may have passed. Harmless at any time."""
+
+
+# Every event class, from the definitions above (not Event.__subclasses__(): attrs replaces
+# each class with a slotted copy, and the first one lingers there until collected).
+EVENT_TYPES: tuple[type[Event], ...] = tuple(
+    value
+    for value in list(globals().values())
+    if isinstance(value, type) and issubclass(value, Event) and value is not Event
+)

@@ -43,6 +43,11 @@ class SpawnError(Exception):
         self.kind = kind
 
 
+def not_found() -> SpawnError:
+    """What a spawn of a missing program or cwd fails with (the reference's words)."""
+    return _spawn_error(OSError(errno.ENOENT, ""))
+
+
 def os_error_text(exc: OSError) -> str:
     """An OS error as the reference words it: "No such file or directory (os error 2)"."""
     return f"{os.strerror(exc.errno or 0)} (os error {exc.errno})"

@@ -26,6 +26,7 @@ from execproto import Policy, SpawnSpec
 from execproto._policy import PathRule
 
 from . import _bwrap, _posix
+from ._beneath import Scope, resolved_policy
 from ._posix import resolve_program
 
 
@@ -84,7 +85,7 @@ class LocalBackend:
                             arg0=request.arg0)
         if self._bwrap is None:
             raise Refused(CANNOT_ENFORCE)
-        program = resolve_program(request.argv[0], dict(request.env), request.cwd)
+        program = self._visible_program(request)
         sandbox = _bwrap.Sandbox(self._bwrap, self.floor, self._placeholders)
         try:
             argv = sandbox.command(request.sandbox, request, program)
@@ -93,6 +94,28 @@ class LocalBackend:
         self._placeholders.update(sandbox.uses)
         return ExecSpec(argv=tuple(argv), env=_bwrap.WRAPPER_ENV, cwd=request.cwd,
                         pass_fds=tuple(sandbox.fds), token=tuple(sandbox.uses))
+
+    def _visible_program(self, request: SpawnSpec) -> str:
+        """The program, looked up where the sandbox lets it look. The cwd and the program are
+        checked on the host, before the sandbox exists, for a clean spawn error; a path the
+        policy hides must then fail as if it were absent, or the error would tell whether it
+        exists."""
+        assert request.sandbox is not None
+        scope = Scope((), resolved_policy(request.sandbox, self.floor))
+
+        def hidden(path: str) -> bool:
+            return not scope.allows(os.path.realpath(path), "read")
+
+        named = request.argv[0]
+        if hidden(request.cwd) or ("/" in named and hidden(os.path.join(request.cwd, named))):
+            raise _posix.not_found()
+        env = dict(request.env)
+        search = env.get("PATH", os.defpath).split(os.pathsep)
+        env["PATH"] = os.pathsep.join(d for d in search if not hidden(os.path.join(request.cwd, d)))
+        program = resolve_program(named, env, request.cwd)
+        if hidden(program):
+            raise _posix.not_found()
+        return program
 
     def finalize(self, token: Any, status: str, exit_code: int | None, timed_out: bool) -> None:
         # The sandbox is gone (its pid namespace died with it): remove the mount points it

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ADAPTERS, Server, uri
+from .conftest import ADAPTERS, Server, start, uri
 from .sandboxes import (
     IS_ROOT,
     needs_bwrap,
@@ -629,3 +629,37 @@ def test_user_keyrings_are_the_sandboxes_own(floored: tuple[Server, Client]) -> 
     control = libc.syscall(248, b"user", name.encode(), b"x", 1, ctypes.c_int(-4))  # add_key
     assert libc.syscall(250, 10, ctypes.c_int(-4), b"user", name.encode(), 0) == control
     libc.syscall(250, 21, control)  # KEYCTL_INVALIDATE: leave nothing behind
+
+
+def test_a_spawn_error_tells_nothing_about_a_hidden_path(
+        plain: tuple[Server, Client], places: dict[str, Path]) -> None:
+    """The cwd and program are looked up on the host for a clean spawn error; what the policy
+    hides must fail exactly as an absent path does, whatever is there."""
+    _, client = plain
+    workspace = _open_dir(places["workspace"] / f"ws-{uuid.uuid4().hex[:8]}")
+    hidden = _open_dir(workspace / "hidden")
+    _open_dir(hidden / "sub")
+    (hidden / "prog").write_text("#!/bin/sh\necho ran\n")
+    (hidden / "prog").chmod(0o755)
+    (hidden / "plain").write_text("not a program\n")
+    sandbox = read_only(str(workspace))
+    sandbox["permissions"]["file_system"]["entries"].append(path_entry(str(hidden), "none"))
+    count = iter(range(100))
+
+    def error(argv: list[str], cwd: Path, path: str = "/usr/bin:/bin") -> object:
+        reply = start(client, f"hidden-{next(count)}", argv, cwd=uri(cwd), env={"PATH": path},
+                      sandbox=sandbox)
+        assert "error" in reply, reply
+        return reply["error"]
+
+    absent = error(["true"], hidden / "absent")
+    assert absent == {"code": -32603, "message": "No such file or directory (os error 2)",
+                      "data": {"kind": "spawnNotFound"}}
+    for argv, cwd, path in [
+        (["true"], hidden / "sub", "/usr/bin:/bin"),  # a directory that is there
+        ([str(hidden / "prog")], workspace, "/usr/bin:/bin"),  # a program that is there
+        ([str(hidden / "plain")], workspace, "/usr/bin:/bin"),  # there, not executable
+        ([str(hidden / "sub")], workspace, "/usr/bin:/bin"),  # there, a directory
+        (["prog"], workspace, f"{hidden}:/usr/bin:/bin"),  # there, on the PATH
+    ]:
+        assert error(argv, cwd, path) == absent, (argv, cwd, path)

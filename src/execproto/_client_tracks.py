@@ -26,6 +26,8 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 class ClientState(enum.Enum):
+    """Where a `ClientCore` is with its connection and session (its ``state``)."""
+
     DISCONNECTED = "disconnected"  # no connection; calls wait for the next one
     HANDSHAKING = "handshaking"  # initialize sent
     READY = "ready"

@@ -11,6 +11,9 @@ from ._policy import Policy
 
 @attrs.frozen(kw_only=True)
 class Config:
+    """The server's settings: the bounds and timeouts the core keeps (see docs/design.md,
+    Limits) and the operator's sandbox. ``execproto serve`` takes its flags' defaults from here."""
+
     session_ttl: float = 30.0  # seconds a detached session waits to be resumed
     retention_bytes: int = 1 << 20  # newest output kept per process
     # Also bound the chunk count, so a flood of 1-byte chunks cannot cost 100 bytes of bookkeeping

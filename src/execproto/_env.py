@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
+from typing import Literal
 
 import attrs
 
@@ -28,13 +29,18 @@ CORE_VARS = (
 )
 # Names that usually hold credentials; dropped unless the policy says otherwise.
 DEFAULT_EXCLUDES = ("*KEY*", "*SECRET*", "*TOKEN*")
+# What a policy inherits: CORE_VARS, everything, or nothing.
+Inherit = Literal["core", "all", "none"]
 # In the reference's order, which its error message lists.
-INHERIT_CHOICES = ("core", "all", "none")
+INHERIT_CHOICES: tuple[Inherit, ...] = ("core", "all", "none")
 
 
 @attrs.frozen(kw_only=True)
 class EnvPolicy:
-    inherit: str = "all"
+    """A ``process/start`` request's ``envPolicy``: what the child takes from the server's
+    environment, applied by `child_environment` in the order the module describes."""
+
+    inherit: Inherit = "all"
     ignore_default_excludes: bool = False
     exclude: tuple[str, ...] = ()
     set: tuple[tuple[str, str], ...] = ()

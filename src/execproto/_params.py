@@ -14,7 +14,7 @@ import attrs
 
 from . import _sandbox
 from ._b64 import decode as b64decode
-from ._env import INHERIT_CHOICES, EnvPolicy
+from ._env import INHERIT_CHOICES, EnvPolicy, Inherit
 from ._errors import invalid_params
 from ._fields import Fields, text, wrong_type
 from ._paths import cwd_from_uri
@@ -51,12 +51,13 @@ class StartParams:
     sandbox: SandboxRequest | None
 
 
-def _inherit(value: Any) -> str:
+def _inherit(value: Any) -> Inherit:
     name = text(value)
-    if name not in INHERIT_CHOICES:
-        expected = ", ".join(f"`{choice}`" for choice in INHERIT_CHOICES)
-        raise invalid_params(f"unknown variant `{name}`, expected one of {expected}")
-    return name
+    for choice in INHERIT_CHOICES:
+        if name == choice:
+            return choice
+    expected = ", ".join(f"`{choice}`" for choice in INHERIT_CHOICES)
+    raise invalid_params(f"unknown variant `{name}`, expected one of {expected}")
 
 
 def _env_policy(value: Any) -> EnvPolicy:

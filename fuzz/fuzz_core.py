@@ -41,7 +41,6 @@ import random
 import sys
 import traceback
 import types
-import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -101,8 +100,8 @@ FUZZ_SETTINGS = settings(
     print_blob=True,
 )
 
-# Every action type the core declares (the `Action` union), so a new one needs no edit here.
-ACTION_TYPES: tuple[type, ...] = typing.get_args(Action)
+# Every action type the core declares (derived from `Action`), so a new one needs no edit here.
+ACTION_TYPES = execproto.actions.ACTION_TYPES
 
 # Not empty, so env policies that inherit actually run their glob matching.
 HOST = Host(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import socket
 import subprocess
@@ -31,7 +32,7 @@ def calls(record: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in record.read_text().splitlines()]
 
 
-def finalizes(record: Path, token: str, wait: float = 2) -> list[dict[str, Any]]:
+def finalizes(record: Path, token: str, wait: float = 15) -> list[dict[str, Any]]:
     deadline = time.monotonic() + wait  # finalize runs just after `closed` is sent
     while True:
         found = [c for c in calls(record) if c["call"] == "finalize" and c["token"] == token]
@@ -40,12 +41,18 @@ def finalizes(record: Path, token: str, wait: float = 2) -> list[dict[str, Any]]
         time.sleep(0.02)
 
 
-def test_exit_drain_through_a_backend_finalizes_once_after_close(recorded: tuple[Client, Path]) -> None:
+def test_exit_drain_through_a_backend_finalizes_once_after_close(recorded: tuple[Client, Path],
+                                                                 tmp_path: Path) -> None:
     client, record = recorded
-    start(client, "drain", ["sh", "-c", "(sleep 0.5; echo LATE) & exit 7"])
-    client.notification(lambda n: n["method"] == "process/exited")
-    time.sleep(0.2)  # exited, a descendant still holds the pipes: no finalize yet
-    assert finalizes(record, "token-drain", wait=0) == []
+    release = tmp_path / "release"  # the descendant holds the pipes until the test touches it
+    script = f"(while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.02; done; echo LATE) & exit 7"
+    start(client, "drain", ["sh", "-c", script])
+    try:
+        client.notification(lambda n: n["method"] == "process/exited")
+        time.sleep(0.2)  # exited, a descendant still holds the pipes: no finalize yet
+        assert finalizes(record, "token-drain", wait=0) == []
+    finally:
+        release.touch()
     events = client.events_until_closed("drain")
     assert output_of(events) == {"stdout": b"LATE\n"}
     assert finalizes(record, "token-drain") == [{"call": "finalize", "token": "token-drain",
@@ -88,7 +95,7 @@ def test_a_finalize_that_raises_is_the_process_failure(recorded: tuple[Client, P
     start(client, "explode", ["true"])
     client.events_until_closed("explode")
     assert finalizes(record, "token-explode")
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 15
     while True:
         read = client.result("process/read", {"processId": "explode"})
         if read["failure"] or time.monotonic() > deadline:

@@ -64,27 +64,38 @@ def test_anything_else_is_refused(guarded: Server, header: str) -> None:
 
 
 def test_a_wrong_token_is_answered_late_and_only_that_connection_waits(guarded: Server) -> None:
-    began = time.monotonic()
-    wrong = raw(guarded.url, UPGRADE + b"Authorization: Bearer nope\r\n\r\n")
-    time.sleep(0.05)  # the guess is in first
-    right = Client(guarded.url, headers=[("Authorization", f"Bearer {TOKEN}")])
-    assert "result" in right.handshake()
-    let_in = time.monotonic() - began
-    refused = answer(wrong)
-    took = time.monotonic() - began
-    assert refused.startswith(b"HTTP/1.1 401")
-    assert took >= AUTH_DELAY * 0.9, took
-    assert let_in < AUTH_DELAY * 0.8, let_in  # the right client did not wait behind the guess
-    right.close()
-    wrong.close()
+    # A loaded machine may delay one right client by chance, but not every one of three: the
+    # quickest must be let in well before the guess is answered.
+    let_in = []
+    for _ in range(3):
+        began = time.monotonic()
+        wrong = raw(guarded.url, UPGRADE + b"Authorization: Bearer nope\r\n\r\n")
+        time.sleep(0.05)  # the guess is in first
+        right = Client(guarded.url, headers=[("Authorization", f"Bearer {TOKEN}")])
+        assert "result" in right.handshake()
+        let_in.append(time.monotonic() - began)
+        refused = answer(wrong)
+        took = time.monotonic() - began
+        assert refused.startswith(b"HTTP/1.1 401")
+        assert took >= AUTH_DELAY * 0.9, took
+        right.close()
+        wrong.close()
+        if let_in[-1] < AUTH_DELAY * 0.8:
+            break
+    assert min(let_in) < AUTH_DELAY * 0.8, let_in  # the right client did not wait behind the guess
 
 
 def test_a_missing_token_is_answered_at_once(guarded: Server) -> None:
-    began = time.monotonic()
-    sock = raw(guarded.url, UPGRADE + b"\r\n")
-    assert answer(sock).startswith(b"HTTP/1.1 401")
-    assert time.monotonic() - began < AUTH_DELAY * 0.8
-    sock.close()
+    took = []
+    for _ in range(3):  # the quickest of three: one may be delayed by a loaded machine
+        began = time.monotonic()
+        sock = raw(guarded.url, UPGRADE + b"\r\n")
+        assert answer(sock).startswith(b"HTTP/1.1 401")
+        took.append(time.monotonic() - began)
+        sock.close()
+        if took[-1] < AUTH_DELAY * 0.8:
+            break
+    assert min(took) < AUTH_DELAY * 0.8, took
 
 
 def test_a_guesser_that_leaves_before_the_answer_costs_nothing(guarded: Server) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -82,8 +83,15 @@ def test_the_check_catches_a_wrong_byte_a_gap_a_reordering_and_a_wrong_exit() ->
     assert any("process/closed is not last" in e for e in load.check(job, unclosed).errors)
 
 
-def _leftovers(pid: int, base: Any) -> Any:
-    after, _ = load.settle(pid, base.fds, QUIET, timeout=20)
+def _leftovers(pid: int, base: Any, timeout: float = 20) -> Any:
+    """The server's state once settled: its descriptors as bench/load.py waits for them, and
+    its threads back down to the baseline (a worker may take a moment to end), or the
+    deadline passed."""
+    deadline = time.monotonic() + timeout
+    after, _ = load.settle(pid, base.fds, QUIET, timeout=timeout)
+    while after.threads > base.threads and time.monotonic() < deadline:
+        time.sleep(0.05)
+        after = load.snapshot(pid)
     return after
 
 

@@ -8,10 +8,12 @@ case is left out rather than bent.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,10 +117,22 @@ def test_event_sequence_and_read_match(both: Any) -> None:
     same(both, scenario)
 
 
-def test_late_output_after_exit_matches(both: Any) -> None:
+def test_late_output_after_exit_matches(both: Any, tmp_path: Path) -> None:
+    runs = iter(range(2))
+
     def scenario(c: Client) -> Any:
-        start(c, "late", ["sh", "-c", "(sleep 0.3; echo LATE) & exit 3"])
-        events = c.events_until_closed("late")
+        # The descendant holds the pipes, silent, until the test has seen the exit.
+        release = tmp_path / f"release-{next(runs)}"
+        script = f"(while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.02; done; echo LATE) & exit 3"
+        start(c, "late", ["sh", "-c", script])
+        try:
+            events = [c.notification(lambda n: n["params"].get("processId") == "late")]
+            while events[-1]["method"] not in ("process/exited", "process/closed"):
+                events.append(c.notification(lambda n: n["params"].get("processId") == "late"))
+        finally:
+            release.touch()
+        if events[-1]["method"] != "process/closed":
+            events += c.events_until_closed("late")
         return [(n["method"], n["params"]["seq"]) for n in events], output_of(events)
 
     same(both, scenario)

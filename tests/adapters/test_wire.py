@@ -99,8 +99,8 @@ def test_the_server_pings_at_its_interval(adapter: str) -> None:
     try:
         c = server.client()
         with pytest.raises(TimeoutError):
-            c.recv(timeout=1.0)  # nothing to read but pings, which the client answers
-        assert c.pings >= 3
+            c.recv(timeout=2.0)  # nothing to read but pings, which the client answers
+        assert c.pings >= 3  # of about 10: the interval, not a timer that fires once or never
         assert "result" in c.call("environment/info")  # and the connection is still good
     finally:
         server.stop()

@@ -134,7 +134,8 @@ async def test_filesystem_methods(server: Server, tmp_path: Path) -> None:
 async def test_a_dropped_connection_mid_stream_resumes_without_losing_a_byte(
     server: Server, proxy: Proxy
 ) -> None:
-    async with connect(proxy.url) as ex:
+    states: list[str] = []
+    async with connect(proxy.url, on_connection=states.append) as ex:
         proc = await ex.start([sys.executable, "-c", PATTERN])
         received = bytearray()
         cuts = 0
@@ -145,7 +146,10 @@ async def test_a_dropped_connection_mid_stream_resumes_without_losing_a_byte(
                 proxy.cut()
                 cuts += 1
         assert await proc.wait() == Result(exit_code=0, failure=None)
-        assert proxy.accepted == 3  # the first connection and two resumes
+        assert states == ["lost", "resumed"] * 2  # two resumes, one after each cut
+        # The first connection and the two resumes (a reconnect the server turned away, on a
+        # loaded machine, also passes through the proxy: more is no error).
+        assert proxy.accepted >= 3
         assert not proc.lost
         assert len(received) == TEN_MIB
         assert hashlib.sha256(received).digest() == hashlib.sha256(expected_stream()).digest()
@@ -167,17 +171,34 @@ async def test_calls_made_while_disconnected_wait_for_the_resume(
             assert b"".join(c.data for c in await collect(proc)) == b"across the gap"
 
 
-async def test_a_session_that_expired_while_away_is_reported(
-    server: Server, proxy: Proxy
-) -> None:
-    async with connect(proxy.url, resume_timeout=20) as ex:
-        proc = await ex.start(["sleep", "100"])
-        proxy.refusing = True
-        proxy.cut()
-        await anyio.sleep(4)  # past the server's 3 s session TTL
-        proxy.refusing = False
-        with anyio.fail_after(10), pytest.raises(SessionGone):
-            await proc.wait()
+def children(pid: int) -> list[str]:
+    """The child processes of ``pid``, whichever of its threads started them."""
+    tasks = Path(f"/proc/{pid}/task")
+    return [child for task in tasks.iterdir() for child in (task / "children").read_text().split()]
+
+
+async def test_a_session_that_expired_while_away_is_reported() -> None:
+    # A server of its own, whose sessions expire soon after their connection drops.
+    short = Server("asyncio", "--kill-grace", "0.5", "--session-ttl", "0.5")
+    proxy = Proxy(int(short.url.rsplit(":", 1)[1]))
+    try:
+        async with connect(proxy.url, resume_timeout=20) as ex:
+            proc = await ex.start(["sleep", "100"])
+            assert children(short.process.pid)
+            proxy.refusing = True
+            proxy.cut()
+            # The session has expired once its process is gone: it is terminated then.
+            with anyio.fail_after(15):
+                while children(short.process.pid):
+                    await anyio.sleep(0.05)
+            proxy.refusing = False
+            with anyio.fail_after(10), pytest.raises(SessionGone):
+                await proc.wait()
+    finally:
+        proxy.close()
+        log = short.stop()
+    assert short.process.returncode == 0, log
+    assert "Traceback" not in log, log
 
 
 async def test_a_refused_token_is_a_clear_error(tmp_path: Path) -> None:

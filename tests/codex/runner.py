@@ -219,7 +219,7 @@ def _write_to_the_session(body: dict[str, Any]) -> list[dict[str, Any]]:
         if item.get("call_id") == "start":
             found = re.search(r"session ID (\d+)", str(item.get("output")))
             if found:
-                arguments = {"session_id": int(found[1]), "chars": "ping\n", "yield_time_ms": 1000}
+                arguments = {"session_id": int(found[1]), "chars": "ping\n", "yield_time_ms": 5000}
                 return [function_call("write", "write_stdin", arguments)]
     return [say("no session id in the output")]
 

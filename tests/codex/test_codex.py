@@ -149,7 +149,10 @@ def test_dropped_connection_is_resumed(runs: Runs, server: str) -> None:
     found = facts(runs, server, "resumed_connection", 2)
     # codex 0.171 reconnects at once and resumes its session (initialize with resumeSessionId,
     # then process/read from seq 0): the server must answer with the same session id.
-    assert (found["cuts"], found["connections"]) == (1, 2), found
+    # One cut, so one resume that succeeds: two session ids answered, the same one. A resume
+    # the server turns away (on a loaded machine it may not have seen the old connection go
+    # yet) answers none, and codex tries again: more connections than two are no error.
+    assert found["cuts"] == 1 and found["connections"] >= 2, found
     assert len(found["session_ids"]) == 2 and len(set(found["session_ids"])) == 1, found
     out = found["outputs"]["call"]
     assert ran(out, 0) and out.endswith("Output:\ndone\n"), out

@@ -41,8 +41,9 @@ def test_a_setsid_daemon_holding_the_pipes_is_abandoned_after_the_grace(client: 
         began = time.monotonic()
         assert client.result("process/terminate", {"processId": "d"}) == {"running": True}
         events = client.events_until_closed("d", timeout=10)
-        # TERM, the exit, then one more grace (0.5 s here) for the pipes: never a hang.
-        assert time.monotonic() - began < 3
+        # TERM, the exit, then one more grace (0.5 s here) for the pipes: never a hang (the
+        # daemon sleeps 60 s).
+        assert time.monotonic() - began < 10
         assert [n["method"] for n in events][-1] == "process/closed"
         read = client.result("process/read", {"processId": "d"})
         assert read["closed"] and "abandoned" in (read["failure"] or "")
@@ -78,9 +79,16 @@ class LimitedServer:
         return err
 
 
+NOFILE = 64
+
+
+def descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 @pytest.fixture
 def limited(adapter: str) -> Iterator[LimitedServer]:
-    server = LimitedServer(adapter, nofile=64)
+    server = LimitedServer(adapter, nofile=NOFILE)
     yield server
     if server.process.poll() is None:  # the test failed before it stopped the server
         server.process.kill()
@@ -95,30 +103,36 @@ def test_out_of_descriptors_a_spawn_fails_clearly_and_the_server_recovers(
     assert "result" in client.handshake()
     running: list[str] = []
     failure = None
-    for i in range(64):  # each process holds a pidfd and two pipes
+    for i in range(64):  # each process holds a pidfd and pipes
         reply = start(client, f"p{i}", ["sleep", "60"])
         if "error" in reply:
             failure = reply["error"]
             break
         running.append(f"p{i}")
     assert failure is not None and running, "the descriptors never ran out"
-    assert failure["code"] == -32603
-    assert "Too many open files" in failure["message"], failure
+    # Refused once the processes' share of the limit is taken (see execproto._descriptors),
+    # naming the limit: before the server itself has none left.
+    assert failure["code"] == -32600
+    assert "out of file descriptors" in failure["message"], failure
 
     # Take the last descriptors with idle connections, until one is not accepted any more.
     idle: list[Client] = []
     for _ in range(64):
         try:
             idle.append(Client(server.url, timeout=1.0))
-        except OSError:  # the upgrade timed out: the server could not accept it
-            break
+        except OSError:  # the upgrade timed out: the server could not accept it, or was slow
+            if descriptors(server.process.pid) >= NOFILE:
+                break
+            # Not out of descriptors: only slow, on a loaded machine. That connection is dropped
+            # (closed when its socket is collected); take the next.
     else:
         raise AssertionError("connections were still accepted after 64 more")
 
     # A connection that arrives now cannot be accepted yet: it waits, and the server does not
     # spin on the listener meanwhile.
     late: dict[str, Client] = {}
-    connecting = threading.Thread(target=lambda: late.setdefault("c", Client(server.url)))
+    connecting = threading.Thread(target=lambda: late.setdefault("c", Client(server.url,
+                                                                              timeout=30)))
     connecting.start()
     before = server.cpu_seconds()
     time.sleep(1.0)
@@ -130,7 +144,7 @@ def test_out_of_descriptors_a_spawn_fails_clearly_and_the_server_recovers(
     for process_id in running[:6]:
         client.result("process/terminate", {"processId": process_id})
         client.events_until_closed(process_id)
-    connecting.join(10)
+    connecting.join(30)
     assert "c" in late, "the waiting connection was never accepted"
     assert "result" in late["c"].handshake()
     start(late["c"], "after", ["echo", "ok"])

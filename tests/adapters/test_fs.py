@@ -69,7 +69,7 @@ def test_a_fifo_is_refused_at_once(client: Client, tmp_path: Path) -> None:
         assert error(client.call(method, params, timeout=5)) == {
             "code": -32600, "message": f"path `{fifo}` is not a file"}
     assert error(client.call("fs/writeFile", {"path": uri(fifo), "dataBase64": ""}, timeout=5))
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 5  # not waiting for a writer or reader that never comes
 
 
 def test_copy_keeps_symlinks_and_refuses_itself(client: Client, tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def test_handles_read_blocks_and_close_with_the_connection(server: Server, tmp_p
     for i in range(5):
         c.result("fs/open", {"handleId": f"k{i}", "path": uri(f)})
     c.close()  # the connection's handles are closed with it
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 15
     while len(os.listdir(f"/proc/{server.process.pid}/fd")) > fds and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(os.listdir(f"/proc/{server.process.pid}/fd")) <= fds
@@ -152,4 +152,4 @@ def test_fs_root_confines_paths(rooted: tuple[Client, Path], tmp_path: Path) -> 
     began = time.monotonic()
     assert error(client.call("fs/readFile", {"path": uri(root / "fifo")}, timeout=5)) == {
         "code": -32600, "message": f"path `{root / 'fifo'}` is not a file"}
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 5  # not waiting for a writer that never comes

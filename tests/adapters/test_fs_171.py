@@ -165,7 +165,7 @@ def test_watch_missing_fires_once(server: Server, tmp_path: Path) -> None:
     assert c.notification(lambda m: m["method"] == "fs/missingChanged")["params"] == {"watchId": 5}
     assert other.notification(lambda m: m["method"] == "fs/missingChanged")["params"] == {
         "watchId": 6}
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 5
     target.mkdir()
     assert c.result("environment/status") == {"status": "ready"}  # and no second notification
     assert not [m for m in c.inbox if m.get("method") == "fs/missingChanged"]

@@ -78,7 +78,7 @@ _policies = st.builds(
 )
 
 
-@settings(derandomize=True, max_examples=300)
+@settings(derandomize=True, max_examples=300, deadline=None)
 @given(_policies, _policies, _paths)
 def test_narrowing_is_the_lesser_access_at_every_path(a: Policy, b: Policy, path: str) -> None:
     both = a.narrow(b)

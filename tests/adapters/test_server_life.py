@@ -51,18 +51,24 @@ def test_resume_of_an_unknown_or_attached_session_fails(server: Server) -> None:
     }
 
 
-def test_an_abandoned_session_is_terminated_after_the_ttl(server: Server) -> None:
-    c = server.client()
-    start(c, "orphan", ["sh", "-c", "echo $$; exec sleep 60"])
-    start(c, "tree", ["sh", "-c", "sleep 60 & echo $$ $!; wait"])
-    start(c, "stubborn", ["sh", "-c", "trap '' TERM; sleep 60 & echo $$ $!; wait"])
-    pids = pids_from(c, "orphan", 1) + pids_from(c, "tree", 2) + pids_from(c, "stubborn", 2)
-    assert all(alive(pid) for pid in pids)
-    c.close()  # and never come back
-    deadline = time.monotonic() + 10  # the fixture's TTL is 3 s, the grace 0.5 s
-    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert [pid for pid in pids if alive(pid)] == []  # whole trees, even one ignoring TERM
+def test_an_abandoned_session_is_terminated_after_the_ttl(adapter: str) -> None:
+    server = Server(adapter, "--kill-grace", "0.5", "--session-ttl", "0.5")
+    try:
+        c = server.client()
+        start(c, "orphan", ["sh", "-c", "echo $$; exec sleep 60"])
+        start(c, "tree", ["sh", "-c", "sleep 60 & echo $$ $!; wait"])
+        start(c, "stubborn", ["sh", "-c", "trap '' TERM; sleep 60 & echo $$ $!; wait"])
+        pids = pids_from(c, "orphan", 1) + pids_from(c, "tree", 2) + pids_from(c, "stubborn", 2)
+        assert all(alive(pid) for pid in pids)
+        c.close()  # and never come back
+        deadline = time.monotonic() + 15  # the TTL is 0.5 s, the grace 0.5 s: not the sleeps' 60
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [pid for pid in pids if alive(pid)] == []  # whole trees, even one ignoring TERM
+    finally:
+        log = server.stop()
+    assert server.process.returncode == 0, log
+    assert "Traceback" not in log, log
 
 
 def test_sigterm_stops_every_process_tree_and_exits_0(adapter: str) -> None:

@@ -196,7 +196,7 @@ def test_a_backends_missing_command_is_the_servers_problem(tmp_path: Path) -> No
 
 def test_a_server_that_dies_mid_command_is_one_line_and_255() -> None:
     doomed = Server("asyncio")
-    proc = subprocess.Popen([*EXEC, doomed.url, "--resume-timeout", "2", "--", "sh", "-c",
+    proc = subprocess.Popen([*EXEC, doomed.url, "--resume-timeout", "0.5", "--", "sh", "-c",
                              "echo ready; sleep 60"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
@@ -204,9 +204,9 @@ def test_a_server_that_dies_mid_command_is_one_line_and_255() -> None:
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 255
     assert err.decode().splitlines() == [
-        f"execproto exec: lost the connection to {doomed.url}; reconnecting (for up to 2 s, "
+        f"execproto exec: lost the connection to {doomed.url}; reconnecting (for up to 0.5 s, "
         "Ctrl-C gives up)",
-        f"execproto exec: {doomed.url}: the connection dropped and could not be resumed in 2 s",
+        f"execproto exec: {doomed.url}: the connection dropped and could not be resumed in 0.5 s",
     ]
 
 

@@ -19,7 +19,7 @@ import posixpath
 import stat
 from collections.abc import Sequence
 
-from execproto import Policy, RpcError
+from execproto import INTERNAL_ERROR, INVALID_REQUEST, Policy, RpcError
 from execproto._policy import RANK, PathRule
 
 MAX_LINKS = 40  # as the kernel: more symlinks than this on one path is a loop (ELOOP)
@@ -27,8 +27,8 @@ RETRIES = 8  # resolutions of one path raced by a swap before the call gives up 
 _DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 _DENIED = {
-    "read": RpcError(-32600, "Permission denied (os error 13)"),
-    "write": RpcError(-32603, "Read-only file system (os error 30)"),
+    "read": RpcError(INVALID_REQUEST, "Permission denied (os error 13)"),
+    "write": RpcError(INTERNAL_ERROR, "Read-only file system (os error 30)"),
 }
 
 
@@ -192,7 +192,7 @@ class Scope:
     def check(self, shown: str, path: str, need: str, *, deep: bool = False) -> None:
         """Refuse ``need`` at the real ``path`` (``shown``: as the client named it)."""
         if self.roots and not any(_beneath(path, root) for root in self.roots):
-            raise RpcError(-32600, f"path `{shown}` is outside the allowed roots")
+            raise RpcError(INVALID_REQUEST, f"path `{shown}` is outside the allowed roots")
         if RANK[self.granted(path, deep=deep)] < RANK[need]:
             raise _DENIED[need]
 

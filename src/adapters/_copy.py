@@ -12,7 +12,7 @@ import errno
 import os
 import stat
 
-from execproto import RpcError
+from execproto import INVALID_REQUEST, RpcError
 
 from ._beneath import Scope
 
@@ -21,7 +21,7 @@ _CHUNK = 1 << 24
 
 
 def _through_link(path: str) -> RpcError:
-    return RpcError(-32600, f"fs/copy will not write through the symlink at `{path}`")
+    return RpcError(INVALID_REQUEST, f"fs/copy will not write through the symlink at `{path}`")
 
 
 def _is_link(directory: int, name: str) -> bool:
@@ -33,7 +33,7 @@ def copy_file(source: int, info: os.stat_result, directory: int, name: str, targ
     """Copy the open regular file ``source`` to ``name`` in ``directory``, with its permission
     bits (setuid and the like dropped) and modification time."""
     if not stat.S_ISREG(info.st_mode):
-        raise RpcError(-32600, f"path `{shown}` is not a file")
+        raise RpcError(INVALID_REQUEST, f"path `{shown}` is not a file")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(name, flags, 0o600, dir_fd=directory)
@@ -43,7 +43,7 @@ def copy_file(source: int, info: os.stat_result, directory: int, name: str, targ
         raise
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RpcError(-32600, f"path `{target}` is not a file")
+            raise RpcError(INVALID_REQUEST, f"path `{target}` is not a file")
         os.set_blocking(fd, True)
         while os.sendfile(fd, source, None, _CHUNK):
             pass
@@ -87,7 +87,7 @@ def _copy_entry(scope: Scope, source: int, real: str, entry: os.DirEntry[str], m
         os.symlink(os.readlink(entry.name, dir_fd=source), entry.name, dir_fd=made)
         return
     if not (stat.S_ISDIR(kind) or stat.S_ISREG(kind)):
-        raise RpcError(-32600, f"fs/copy cannot copy `{here}`: not a file, directory or symlink")
+        raise RpcError(INVALID_REQUEST, f"fs/copy cannot copy `{here}`: not a file, directory or symlink")
     flags = _DIR if stat.S_ISDIR(kind) else os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(entry.name, flags | os.O_NONBLOCK, dir_fd=source)
     try:

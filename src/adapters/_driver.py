@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from execproto import (
+    INTERNAL_ERROR,
     Action,
     CancelHttp,
     CloseConnection,
@@ -51,8 +52,8 @@ from execproto import (
     WatchMissing,
     WriteStdin,
 )
-from execproto._errors import INTERNAL_ERROR
 from execproto._trace import Recorder
+from execproto.events import Stream
 
 from . import _http, _posix
 from ._fs import Files
@@ -361,17 +362,17 @@ class Driver:
         for stream in child.outputs:
             self._watch_output(action.proc, stream)
 
-    def _watch_output(self, proc: int, stream: str) -> None:
+    def _watch_output(self, proc: int, stream: Stream) -> None:
         fd = self._children[proc].outputs[stream]
         self.loop.watch_read(fd, lambda: self._on_readable(proc, stream))
 
-    def _on_readable(self, proc: int, stream: str) -> None:
+    def _on_readable(self, proc: int, stream: Stream) -> None:
         child = self._children.get(proc)
         if child is None or stream not in child.outputs:
             return
         self._read_once(proc, child, stream)
 
-    def _read_once(self, proc: int, child: _posix.Child, stream: str) -> bool:
+    def _read_once(self, proc: int, child: _posix.Child, stream: Stream) -> bool:
         """One read; True if it got data (so the caller may read again)."""
         fd = child.outputs[stream]
         try:
@@ -509,7 +510,8 @@ class Driver:
         def done(outcome: Any) -> None:
             if isinstance(outcome, BaseException):  # a bug in the fs code: say so, keep serving
                 log.error("%s failed", action.request.method, exc_info=outcome)
-                outcome = (None, RpcError(INTERNAL_ERROR, f"{action.request.method} failed: {outcome}"))
+                failed = f"{action.request.method} failed: {outcome}"
+                outcome = (None, RpcError(INTERNAL_ERROR, failed))
             result, error = outcome
             self.feed(FsCompleted(op=action.op, result=result, error=error))
 

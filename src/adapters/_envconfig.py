@@ -16,7 +16,7 @@ import tomllib
 from collections.abc import Sequence
 from typing import Any
 
-from execproto import RpcError, uri_from_path
+from execproto import INTERNAL_ERROR, RpcError, uri_from_path
 
 from . import _toml
 
@@ -34,7 +34,7 @@ def _load(path: str) -> dict[str, Any] | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except tomllib.TOMLDecodeError as exc:
-        raise RpcError(-32603, f"failed to parse {path}: {exc}") from None
+        raise RpcError(INTERNAL_ERROR, f"failed to parse {path}: {exc}") from None
 
 
 def select(document: dict[str, Any], paths: Sequence[Sequence[str]]) -> dict[str, Any]:

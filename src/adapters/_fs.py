@@ -18,8 +18,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from execproto import FsRequest, Policy, RpcError, uri_from_path
-from execproto._errors import INTERNAL_ERROR, INVALID_REQUEST, NOT_FOUND
+from execproto import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    NOT_FOUND,
+    FsRequest,
+    Policy,
+    RpcError,
+    uri_from_path,
+)
 
 from . import _envconfig, _skills
 from ._beneath import Scope, resolved_policy

@@ -24,6 +24,7 @@ import termios
 from collections.abc import Mapping
 
 from execproto import SpawnSpec
+from execproto.events import SpawnFailure, Stream
 
 # Output is read in large pieces: a bigger pipe means fewer wakeups and fewer, larger chunks.
 PIPE_SIZE = 1 << 20
@@ -38,7 +39,7 @@ _SETSID = shutil.which("setsid")
 class SpawnError(Exception):
     """The process could not be started. ``kind`` is the client's ``data.kind``."""
 
-    def __init__(self, message: str, kind: str) -> None:
+    def __init__(self, message: str, kind: SpawnFailure) -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -54,9 +55,9 @@ def os_error_text(exc: OSError) -> str:
 
 
 def _spawn_error(exc: OSError) -> SpawnError:
-    kind = {errno.ENOENT: "spawnNotFound", errno.EACCES: "spawnPermissionDenied"}.get(
-        exc.errno or 0, "spawnFailed"
-    )
+    kinds: dict[int, SpawnFailure] = {errno.ENOENT: "spawnNotFound",
+                                      errno.EACCES: "spawnPermissionDenied"}
+    kind = kinds.get(exc.errno or 0, "spawnFailed")
     return SpawnError(os_error_text(exc), kind)
 
 
@@ -85,7 +86,7 @@ class Child:
 
     __slots__ = ("pid", "pidfd", "outputs", "stdin", "reaped")
 
-    def __init__(self, pid: int, pidfd: int, outputs: dict[str, int], stdin: int | None) -> None:
+    def __init__(self, pid: int, pidfd: int, outputs: dict[Stream, int], stdin: int | None) -> None:
         self.pid = pid
         self.pidfd = pidfd
         self.outputs = outputs  # stream name -> non-blocking read end
@@ -224,7 +225,8 @@ def spawn(spec: SpawnSpec, pass_fds: tuple[int, ...] = ()) -> Child:
         for fd in theirs:
             close_quietly(fd)
     stdin = _nonblocking(ours[0]) if spec.pipe_stdin else None
-    outputs = {"stdout": _nonblocking(out_read), "stderr": _nonblocking(err_read)}
+    outputs: dict[Stream, int] = {"stdout": _nonblocking(out_read),
+                                  "stderr": _nonblocking(err_read)}
     return _child(process, outputs, stdin)
 
 
@@ -286,7 +288,8 @@ def _popen(
         raise _spawn_error(exc) from None
 
 
-def _child(process: subprocess.Popen[bytes], outputs: dict[str, int], stdin: int | None) -> Child:
+def _child(process: subprocess.Popen[bytes], outputs: dict[Stream, int], stdin: int | None,
+           ) -> Child:
     # From here on the pidfd is the process's handle. The Popen object must never wait or poll,
     # or it would reap the child behind the core's back: marking it collected keeps Popen's
     # own clean-up (which polls abandoned children) away from it.

@@ -120,34 +120,31 @@ class SpawnFailed(Event):
     proc: int
     # The OS error text, shown to the client, e.g. "No such file or directory (os error 2)".
     error: str
-    # A `SpawnFailure`, the client's error data.kind. Typed str, since adapters pass on what
-    # their spawn reported.
-    kind: str = "spawnFailed"
+    # The client's error data.kind.
+    kind: SpawnFailure = "spawnFailed"
     # The backend refused the request (it cannot enforce it): -32602, and nothing was started.
     refused: bool = False
 
 
 @attrs.frozen(kw_only=True)
 class OutputReceived(Event):
-    """A chunk of a process's output, read from ``stream`` (a `Stream` still open).
+    """A chunk of a process's output, read from ``stream`` (one still open).
 
     Fed once per read, so this is the hot path: the core keeps it in the process's log and sends
     it on to an attached client.
     """
 
     proc: int
-    # A `Stream`. Typed str (as in `StreamClosed`), since adapters pass on the names they keep
-    # their descriptors under; the core refuses one that is not open.
-    stream: str
+    stream: Stream  # the core refuses one that is not open
     data: bytes
 
 
 @attrs.frozen(kw_only=True)
 class StreamClosed(Event):
-    """``stream`` (a `Stream`) reached EOF. No output may follow on it."""
+    """``stream`` reached EOF. No output may follow on it."""
 
     proc: int
-    stream: str
+    stream: Stream
 
 
 @attrs.frozen(kw_only=True)

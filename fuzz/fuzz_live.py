@@ -8,7 +8,8 @@ session TTL has passed, the server must have no process left (nothing leaked) an
 
 Processes run under bubblewrap with a throwaway writable root, fs/* is confined to it, and no
 frame carries `http/request`: whatever the fuzzer makes up cannot touch this machine or the
-network. Budget: EXECPROTO_LIVE_FUZZ_EXAMPLES (60 in `make test`, 10,000 in `make fuzz-live`).
+network. Budget: EXECPROTO_LIVE_FUZZ_EXAMPLES (60 in `make test`, the same 60 every time, and
+10,000 fresh ones in `make fuzz-live`; see the root conftest.py).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def serves(server: Live) -> bool:
         sock.close()
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
+@settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.filter_too_much])
 @given(frames=st.lists(live_frame, min_size=1, max_size=6), handshake=st.booleans(),

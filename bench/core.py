@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--runs", type=int, default=5, help="runs per size; the best counts (default 5)")
+    parser.add_argument("--runs", type=int, default=5,
+                        help="runs per size; the best counts (default 5)")
     parser.add_argument("--small", type=int, default=300_000, help="100-byte events per run")
     parser.add_argument("--large", type=int, default=4_000, help="64 KiB events per run")
     parser.add_argument("--profile", action="store_true", help="print the top cProfile entries")

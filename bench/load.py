@@ -165,7 +165,7 @@ class Tally:
 
 
 def first_difference(got: bytes, want: bytes) -> int:
-    for offset, (a, b) in enumerate(zip(got, want)):
+    for offset, (a, b) in enumerate(zip(got, want, strict=False)):  # up to the shorter
         if a != b:
             return offset
     return min(len(got), len(want))

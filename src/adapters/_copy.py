@@ -87,7 +87,8 @@ def _copy_entry(scope: Scope, source: int, real: str, entry: os.DirEntry[str], m
         os.symlink(os.readlink(entry.name, dir_fd=source), entry.name, dir_fd=made)
         return
     if not (stat.S_ISDIR(kind) or stat.S_ISREG(kind)):
-        raise RpcError(INVALID_REQUEST, f"fs/copy cannot copy `{here}`: not a file, directory or symlink")
+        raise RpcError(INVALID_REQUEST,
+                       f"fs/copy cannot copy `{here}`: not a file, directory or symlink")
     flags = _DIR if stat.S_ISDIR(kind) else os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(entry.name, flags | os.O_NONBLOCK, dir_fd=source)
     try:

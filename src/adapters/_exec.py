@@ -49,8 +49,9 @@ SIZED = 'stty rows "$1" cols "$2" 2>/dev/null; shift 2; exec "$@"'
 
 
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
-    run: argparse.ArgumentParser = commands.add_parser("exec", help="run a command on an exec-server", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    run: argparse.ArgumentParser = commands.add_parser(
+        "exec", help="run a command on an exec-server", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("url", help="the server, ws://IP:PORT")
     run.add_argument("argv", nargs="*", metavar="-- CMD ARGS",
                      help="the command to run (after --, so its options stay its own)")

@@ -1,10 +1,11 @@
 """The blocking filesystem work behind the core's `RunFs`, shared by every adapter.
 
 Runs on a worker thread, never on the event loop. Every path is opened through `_beneath.Scope`,
-checked where it really leads; the operations then work on descriptors, never on paths again. Errors carry the reference's codes: a missing
-path is -32004, a refusal (not a regular file, a read denied, outside the roots) -32600, any
-other OS error -32603 with the OS's own words. Nothing here ever blocks on a FIFO: files are
-opened non-blocking and checked to be regular before a byte is read or written.
+checked where it really leads; the operations then work on descriptors, never on paths again.
+Errors carry the reference's codes: a missing path is -32004, a refusal (not a regular file, a
+read denied, outside the roots) -32600, any other OS error -32603 with the OS's own words.
+Nothing here ever blocks on a FIFO: files are opened non-blocking and checked to be regular
+before a byte is read or written.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ from execproto import Host, uri_from_path
 VERSION = "0.1.0"
 
 # The reference reports these capability flags, and a client that parses them strictly needs
-# every key. Each says whether execproto offers what it announces (docs/protocol.md, "Capabilities"):
-# the client sends a newer request, or a newer field, only to an executor that says it can.
+# every key. Each says whether execproto offers what it announces (docs/protocol.md,
+# "Capabilities"): the client sends a newer request, or a newer field, only to an executor that
+# says it can.
 _CAPABILITIES = {
     "networkProxyLaunch": False,  # process/start's networkProxy: no executor-local proxy here
     "networkProxyReviewDomains": False,

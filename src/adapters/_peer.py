@@ -1,11 +1,12 @@
 """One client connection as the driver sees it, whatever moves its bytes.
 
-An adapter creates a peer per accepted connection and calls `received` with what it read,
-`lost` when the connection is gone, and `blocked` / `drained` as its send buffer crosses its
-water marks. While blocked, the adapter stops reading the connection and the peer holds back
-the messages already read, so a client that asks for much and reads nothing gets no more
-answers queued than one high-water mark's worth. The peer answers through the two functions it was given: ``write`` (queue bytes for
-the peer) and ``hang_up`` (close the connection once what was queued is written).
+An adapter creates a peer per accepted connection and calls `received` with what it read, `lost`
+when the connection is gone, and `blocked` / `drained` as its send buffer crosses its water
+marks. While blocked, the adapter stops reading the connection and the peer holds back the
+messages already read, so a client that asks for much and reads nothing gets no more answers
+queued than one high-water mark's worth. The peer answers through the two functions it was
+given: ``write`` (queue bytes for the peer) and ``hang_up`` (close the connection once what was
+queued is written).
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from execproto import Config, ConnectionClosed, ConnectionOpened, MessageReceived, SendBlocked, SendDrained
+from execproto import (
+    Config,
+    ConnectionClosed,
+    ConnectionOpened,
+    MessageReceived,
+    SendBlocked,
+    SendDrained,
+)
 
 from ._ws import ServerSocket, text_frame_header
 
@@ -123,7 +131,8 @@ class Peer:
         self.label = label
         log.debug("connection %d opened: %s", self.conn, label)
         self.driver.peers[self.conn] = self
-        self.driver.feed(ConnectionOpened(conn=self.conn, session_id=str(uuid.uuid4()), label=label))
+        self.driver.feed(ConnectionOpened(conn=self.conn, session_id=str(uuid.uuid4()),
+                                          label=label))
 
     def lost(self) -> None:
         self._held.clear()

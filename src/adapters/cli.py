@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import IO, NoReturn
 
 from execproto import Config, replay
-
 from execproto._descriptors import PER_PROCESS, budget
 
 from . import _exec, _host, _logs, backends
@@ -282,7 +281,8 @@ def _replay(args: argparse.Namespace) -> int:
 
     def counted(lines: Iterable[str]) -> Iterator[str]:
         nonlocal line
-        for line, text in enumerate(lines, start=1):
+        for number, text in enumerate(lines, start=1):
+            line = number  # where a bad line was, for the error
             yield text
 
     try:
@@ -299,7 +299,8 @@ def _replay(args: argparse.Namespace) -> int:
     if result.ok:
         print(f"ok: {result.steps} steps replayed identically")
         return 0
-    print(f"diverged at step {result.step}:\n  expected {result.expected}\n  actual   {result.actual}")
+    print(f"diverged at step {result.step}:\n  expected {result.expected}\n"
+          f"  actual   {result.actual}")
     return 1
 
 

@@ -25,10 +25,9 @@ from ._client_events import (
     ServerMisbehaved,
     SessionLost,
 )
-from ._client_tracks import ClientState, ProcessTracking, _Call, _Track, _dumps
+from ._client_tracks import ClientState, ProcessTracking, _Call, _dumps, _Track
 from ._errors import INVALID_REQUEST, SESSION_ATTACHED, LocalProtocolError
 from ._paths import uri_from_path
-
 
 # Whether a call may be sent again after a reconnect, when it may or may not have been served.
 # A start is safe because a repeat that finds the process already there counts as its success;

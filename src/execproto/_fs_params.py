@@ -63,7 +63,7 @@ def as_struct(value: Any, names: tuple[str, ...]) -> Any:
         return value
     if len(value) > len(names):
         raise invalid_params(f"invalid length {len(value)}, expected fewer elements in array")
-    return dict(zip(names, value))
+    return dict(zip(names, value, strict=False))  # fewer values than names: the rest absent
 
 
 def short_struct(value: Any, struct: str, names: tuple[str, ...], required: int) -> None:

@@ -117,7 +117,8 @@ class Process:
         An empty read carries nothing worth a seq: it is checked, then dropped (None).
         """
         if stream not in self.open_streams:
-            raise LocalProtocolError(f"process {self.proc}: output on {stream!r}, which is not open")
+            raise LocalProtocolError(
+                f"process {self.proc}: output on {stream!r}, which is not open")
         self.step(Input.OUTPUT)
         if not data:
             return None

@@ -33,8 +33,8 @@ from typing import Any
 import attrs
 
 from ._errors import INVALID_PARAMS, RpcError, invalid_params, invalid_request
-from ._jsonrpc import describe
 from ._fields import Fields, text, wrong_type
+from ._jsonrpc import describe
 from ._paths import ForeignPath, parse_uri
 from ._policy import PathRule, Policy
 
@@ -83,7 +83,8 @@ def _variant(value: Any, choices: tuple[str, ...]) -> str:
 def _tagged(value: Any, enum: str, tag: str, choices: tuple[str, ...]) -> tuple[Fields, str]:
     """An internally tagged enum: a map whose ``tag`` field names the variant."""
     if not isinstance(value, dict):
-        raise invalid_params(f"invalid type: {describe(value)}, expected internally tagged enum {enum}")
+        raise invalid_params(
+            f"invalid type: {describe(value)}, expected internally tagged enum {enum}")
     fields = Fields(value, enum)
     kind = fields.text(tag)
     if kind not in choices:

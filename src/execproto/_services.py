@@ -191,7 +191,8 @@ class ServiceHandlers(CoreState):
     ) -> None:
         request, asked = parsed
         if asked is not None and asked.dynamic and asked.cwd is None:
-            raise invalid_params("file system sandbox context with dynamic permissions requires cwd")
+            raise invalid_params(
+                "file system sandbox context with dynamic permissions requires cwd")
         cwd = asked.cwd if asked is not None else None
         asked_policy = _sandbox.policy(asked, cwd, self.host.env.get("TMPDIR"))
         policy = narrow(self.config.floor, asked_policy)

@@ -1,12 +1,12 @@
 """``fs/watchMissing``: one watch per connection, told once with ``fs/missingChanged``.
 
-Watch ids only grow: a call whose ``watchId`` is not above every id the connection sent before is
-stale (a reordered request, say) and is answered ``watching: false`` without touching the current
-watch, as the reference does (measured). The adapter checks the paths and watches them (`WatchMissing`, answered like an fs call); the core
-decides which watch is current and where its one notification goes. Every call replaces the
-connection's watch (``missing: []`` is how a client unwatches), a watch ends when it fires, and
-closing the connection ends it too, so a notification never reaches a closed connection or a
-client that moved on to another watch.
+Watch ids only grow: a call whose ``watchId`` is not above every id the connection sent before
+is stale (a reordered request, say) and is answered ``watching: false`` without touching the
+current watch, as the reference does (measured). The adapter checks the paths and watches them
+(`WatchMissing`, answered like an fs call); the core decides which watch is current and where
+its one notification goes. Every call replaces the connection's watch (``missing: []`` is how a
+client unwatches), a watch ends when it fires, and closing the connection ends it too, so a
+notification never reaches a closed connection or a client that moved on to another watch.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ import json
 import os
 from typing import Any
 
-from execproto import SpawnSpec
 from execproto.adapters.backends import ExecSpec, Refused
+
+from execproto import SpawnSpec
 
 
 class RecordingBackend:

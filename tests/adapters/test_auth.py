@@ -9,7 +9,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-
 from execproto.adapters._peer import AUTH_DELAY
 
 from .conftest import Server

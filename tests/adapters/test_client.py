@@ -9,9 +9,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from execproto.adapters._wsclient import HandshakeRefused
-from execproto.adapters.client import Chunk, Result, SessionGone, RemoteError, connect
+from execproto.adapters.client import Chunk, RemoteError, Result, SessionGone, connect
 
 from .conftest import Server
 from .proxy import Proxy

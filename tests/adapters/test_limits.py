@@ -8,7 +8,6 @@ import sys
 import time
 
 from .conftest import Server, alive, start
-from .wsclient import Client
 
 
 def rss_mib(pid: int) -> float:

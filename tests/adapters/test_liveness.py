@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from wsproto.events import Ping, TextMessage
-
 from execproto.adapters._ws import MAX_FRAGMENTS, MAX_PINGS
+from wsproto.events import Ping, TextMessage
 
 from .conftest import STARVED, Server, served, start
 from .test_limits import rss_mib

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from execproto.adapters import _ws
 
 from .conftest import Server, start

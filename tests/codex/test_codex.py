@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from reference import REFERENCE, WHY_MISSING
 
 SERVERS = (["reference"] if os.environ.get("EXECPROTO_CODEX_SERVER") == "reference"

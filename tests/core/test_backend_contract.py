@@ -2,7 +2,7 @@
 
 import pytest
 
-from execproto import Finalize, FinalizeFailed, LocalProtocolError, SpawnFailed, Spawn
+from execproto import Finalize, FinalizeFailed, LocalProtocolError, Spawn, SpawnFailed
 
 from .harness import Harness
 

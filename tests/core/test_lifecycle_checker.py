@@ -19,7 +19,6 @@ from execproto import (
     StreamClosed,
     Tick,
 )
-
 from execproto._output import Chunk, OutputLog
 from execproto._process import Process
 from execproto._session import Session
@@ -28,7 +27,6 @@ from .lifecycle_world import (
     check_lifecycle,
     check_notifications,
 )
-
 
 # =================================================================================================
 # the checker itself, and the parts alone

@@ -36,8 +36,6 @@ from .lifecycle_world import (
     run,
     spawned,
 )
-from .lifecycle_world import make_world_fixture, w_fixture  # noqa: F401 (fixtures)
-
 
 # =================================================================================================
 # events and seq

@@ -35,8 +35,6 @@ from .lifecycle_world import (
     terminate,
     unchecked_world,
 )
-from .lifecycle_world import make_world_fixture, w_fixture  # noqa: F401 (fixtures)
-
 
 # =================================================================================================
 # the lifecycle with sessions and flow control

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-
 from .lifecycle_world import (
     EPS,
     INVALID_REQUEST,
@@ -32,8 +31,6 @@ from .lifecycle_world import (
     spawned,
     wire_chunk,
 )
-from .lifecycle_world import make_world_fixture, w_fixture  # noqa: F401 (fixtures)
-
 
 # =================================================================================================
 # process/read

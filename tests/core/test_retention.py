@@ -40,8 +40,6 @@ from .lifecycle_world import (
     wire_chunk,
     write,
 )
-from .lifecycle_world import make_world_fixture, w_fixture  # noqa: F401 (fixtures)
-
 
 # =================================================================================================
 # retention

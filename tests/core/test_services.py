@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from execproto import (
-    Config,
     CancelHttp,
+    Config,
     FsCompleted,
     FsRequest,
     Host,

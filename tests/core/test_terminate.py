@@ -39,8 +39,6 @@ from .lifecycle_world import (
     spawned,
     terminate,
 )
-from .lifecycle_world import make_world_fixture, w_fixture  # noqa: F401 (fixtures)
-
 
 # =================================================================================================
 # process/signal

@@ -27,8 +27,6 @@ from .lifecycle_world import (
     write,
     written,
 )
-from .lifecycle_world import make_world_fixture, w_fixture  # noqa: F401 (fixtures)
-
 
 # =================================================================================================
 # process/write

@@ -124,7 +124,7 @@ def replies(sock: socket.socket, ws: WSConnection, until: float) -> list[Any]:
         sock.settimeout(max(0.001, until - time.monotonic()))
         try:
             data = sock.recv(1 << 16)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             break
         if not data:
             break

@@ -50,7 +50,7 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             _, err = self.process.communicate()
-            raise AssertionError(f"server did not stop in {timeout}s:\n{err}")
+            raise AssertionError(f"server did not stop in {timeout}s:\n{err}") from None
         return err
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import Server, start, uri
+from .conftest import Server, start
 from .wsclient import Client, output_of
 
 
@@ -45,7 +45,8 @@ def test_exit_drain_through_a_backend_finalizes_once_after_close(recorded: tuple
                                                                  tmp_path: Path) -> None:
     client, record = recorded
     release = tmp_path / "release"  # the descendant holds the pipes until the test touches it
-    script = f"(while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.02; done; echo LATE) & exit 7"
+    script = (f"(while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.02; done; echo LATE)"
+              " & exit 7")
     start(client, "drain", ["sh", "-c", script])
     try:
         client.notification(lambda n: n["method"] == "process/exited")
@@ -149,7 +150,8 @@ def test_bwrap_confines_writes_network_and_processes(sandboxed: tuple[Server, Cl
     exited = [n for n in events if n["method"] == "process/exited"][0]
     assert exited["params"]["exitCode"] != 0
 
-    start(client, "ps", ["sh", "-c", f"test -e /proc/{server.process.pid} && echo visible || echo hidden"])
+    visible = f"test -e /proc/{server.process.pid} && echo visible || echo hidden"
+    start(client, "ps", ["sh", "-c", visible])
     assert output_of(client.events_until_closed("ps"))["stdout"] == b"hidden\n"
 
 

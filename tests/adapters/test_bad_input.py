@@ -525,7 +525,7 @@ def test_an_id_within_the_rules_is_echoed_exactly(conn: Client, msg_id: Any) -> 
 
 @pytest.mark.parametrize("raw_id", [str(2**63), str(-(2**63) - 1), str(2**64), "1" + "0" * 100])
 def test_an_integer_id_beyond_i64_is_a_parse_error(conn: Client, raw_id: str) -> None:
-    conn.send_raw('{"id":%s,"method":"environment/info"}' % raw_id)
+    conn.send_raw('{"id":' + raw_id + ',"method":"environment/info"}')
     assert conn.response(-1) == parse_error(conn, BAD_ID)
     assert_serving(conn)
 
@@ -533,7 +533,7 @@ def test_an_integer_id_beyond_i64_is_a_parse_error(conn: Client, raw_id: str) ->
 def test_an_integer_id_too_long_to_convert_is_a_parse_error(conn: Client) -> None:
     # Past Python's int-conversion limit (4300 digits) the decoder itself fails, with its own
     # wording (not the RequestId message): assert the stable part.
-    conn.send_raw('{"id":%s,"method":"environment/info"}' % ("9" * 5000))
+    conn.send_raw('{"id":' + "9" * 5000 + ',"method":"environment/info"}')
     reply = conn.response(-1)
     prefix = parse_error(conn, "")["error"]["message"]
     assert reply["error"]["code"] == PARSE, reply
@@ -556,10 +556,10 @@ def nest(depth: int, inner: str = "1", kind: str = "array") -> str:
 @pytest.mark.parametrize(("frame", "kind"), [
     (nest(DEEP), "array"),
     (nest(DEEP, kind="object"), "object"),
-    ('{"id":1,"method":"environment/info","params":{"x":%s}}' % nest(DEEP), "array"),
-    ('{"id":2,"method":"process/read","params":{"processId":%s}}' % nest(DEEP, kind="object"),
+    ('{"id":1,"method":"environment/info","params":{"x":' + nest(DEEP) + "}}", "array"),
+    ('{"id":2,"method":"process/read","params":{"processId":' + nest(DEEP, kind="object") + "}}",
      "object"),
-    ('{"id":%s,"method":"environment/info"}' % nest(DEEP), "array"),
+    ('{"id":' + nest(DEEP) + ',"method":"environment/info"}', "array"),
 ], ids=["whole-array", "whole-object", "in-params", "in-a-field", "as-the-id"])
 def test_deep_nesting_is_a_parse_error(conn: Client, frame: str, kind: str) -> None:
     # The decoder gives up at its recursion limit: a parse error (id -1, the frame was never

@@ -94,7 +94,8 @@ def test_a_missing_program_exits_127_with_a_message(server: Server) -> None:
 def test_an_unreachable_server_exits_255(server: Server) -> None:
     done = run("ws://127.0.0.1:1", "true")
     assert done.returncode == 255
-    assert done.stderr == b"execproto exec: cannot reach the server at ws://127.0.0.1:1: Connection refused\n"
+    assert done.stderr == (
+        b"execproto exec: cannot reach the server at ws://127.0.0.1:1: Connection refused\n")
 
 
 def test_bad_arguments_exit_2(server: Server) -> None:
@@ -229,7 +230,7 @@ def test_a_silent_peer_can_be_interrupted_while_connecting() -> None:
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        url = "ws://127.0.0.1:%d" % silent.getsockname()[1]
+        url = f"ws://127.0.0.1:{silent.getsockname()[1]}"
         proc = subprocess.Popen([*EXEC, url, "--", "true"], stderr=subprocess.PIPE)
         silent.settimeout(30)
         accepted, _ = silent.accept()  # it is connected, and waits for the handshake

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from reference import REFERENCE, WHY_MISSING
 
-from .test_reference import answer, both  # noqa: F401  (the fixture)
+from .test_reference import answer
+from .test_reference import both as both  # the fixture; `x as x` marks a re-export
 from .wsclient import Client
 
 pytestmark = pytest.mark.skipif(REFERENCE is None, reason=WHY_MISSING)
@@ -80,7 +81,8 @@ def test_walks_match(both: Any) -> None:
     options = {"maxDepth": 64, "maxDirectories": 100, "maxEntries": 100,
                "followDirectorySymlinks": False}
     cases: list[Any] = [{"path": base, "options": options}]
-    cases += [{"path": base, "options": {**options, "maxEntries": n}} for n in (1, 6, 9, 10, 11, 13)]
+    cases += [{"path": base, "options": {**options, "maxEntries": n}}
+              for n in (1, 6, 9, 10, 11, 13)]
     cases += [{"path": base, "options": {**options, "maxDirectories": n}} for n in (1, 2, 5)]
     cases += [{"path": base, "options": {**options, "maxDepth": n}} for n in (0, 1)]
     cases += [

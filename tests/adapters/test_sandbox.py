@@ -79,9 +79,12 @@ every_adapter = pytest.mark.every_adapter
 
 @pytest.fixture(autouse=True)
 def _asyncio_unless_marked(request: pytest.FixtureRequest) -> None:
-    run = request.node.callspec.params.get("server_run") if hasattr(request.node, "callspec") else None
-    if run is not None and run[0] != "asyncio" and request.node.get_closest_marker("every_adapter") is None:
-        pytest.skip("the sandbox is the backend's: this attack runs on asyncio, as root and as nobody")
+    callspec = getattr(request.node, "callspec", None)
+    run = callspec.params.get("server_run") if callspec is not None else None
+    marked = request.node.get_closest_marker("every_adapter") is not None
+    if run is not None and run[0] != "asyncio" and not marked:
+        pytest.skip(
+            "the sandbox is the backend's: this attack runs on asyncio, as root and as nobody")
 
 
 @pytest.fixture(scope="module")
@@ -312,7 +315,8 @@ def test_the_wrappers_run_with_a_fixed_environment(floored: tuple[Server, Client
     source.write_text(
         "#include <stdio.h>\n"
         "__attribute__((constructor)) static void evil(void) {\n"
-        f"  FILE *f = fopen(\"{marker}\", \"a\"); if (f) {{ fputs(\"outside\\n\", f); fclose(f); }}\n"
+        f"  FILE *f = fopen(\"{marker}\", \"a\"); "
+        "if (f) { fputs(\"outside\\n\", f); fclose(f); }\n"
         "}\n")
     library = places["floor"] / "evil.so"
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
@@ -462,15 +466,17 @@ def test_the_server_takes_its_sandboxed_processes_with_it(
         server.stop(signal.SIGKILL)
     assert server.process.returncode == -signal.SIGKILL
     for pid, started in tree.items():
-        assert _eventually(lambda: not _still_running(pid, started), wait=15), (
-            f"sandboxed {pid} outlived the server")
+        assert _eventually(
+            lambda pid=pid, started=started: not _still_running(pid, started), wait=15
+        ), f"sandboxed {pid} outlived the server"
 
 
 # -- fs calls under the same policy ---------------------------------------------------------------
 
 
 def _write(client: Client, path: Path, sandbox: object) -> dict[str, object]:
-    return client.call("fs/writeFile", {"path": uri(path), "dataBase64": "eA==", "sandbox": sandbox})
+    return client.call("fs/writeFile",
+                       {"path": uri(path), "dataBase64": "eA==", "sandbox": sandbox})
 
 
 @every_adapter
@@ -511,7 +517,8 @@ def test_fs_calls_obey_the_operators_floor(floored: tuple[Server, Client],
     outside, inside = _target(places, "outside"), _target(places, "floor")
     erofs = {"code": -32603, "message": "Read-only file system (os error 30)"}
     assert _write(client, outside, None)["error"] == erofs
-    assert _write(client, outside, profile(str(places["floor"]), [], kind="disabled"))["error"] == erofs
+    disabled = profile(str(places["floor"]), [], kind="disabled")
+    assert _write(client, outside, disabled)["error"] == erofs
     link = places["floor"] / f"out-{uuid.uuid4().hex[:8]}"
     link.symlink_to(places["outside"])
     assert _write(client, link / "x", None)["error"] == erofs

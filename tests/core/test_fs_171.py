@@ -51,8 +51,10 @@ WALK_PARAMS_ERRORS = [
     ({"path": T, "options": {**OPTIONS, "maxDirectories": 2**64}}, "invalid number"),
     ({"path": T, "options": {**OPTIONS, "followDirectorySymlinks": None}},
      wrong("null", "a boolean")),
-    ({"path": T, "options": {**OPTIONS, "pruneHiddenDirectories": 1}}, wrong("number", "a boolean")),
-    ({"path": T, "options": [1, 2, 3]}, "invalid length 3, expected struct WalkOptions with 5 elements"),
+    ({"path": T, "options": {**OPTIONS, "pruneHiddenDirectories": 1}},
+     wrong("number", "a boolean")),
+    ({"path": T, "options": [1, 2, 3]},
+     "invalid length 3, expected struct WalkOptions with 5 elements"),
     ({"path": T, "options": [1, 2, 3, True, True, 9]},
      "invalid length 6, expected fewer elements in array"),
     ({"path": T, "options": [1, "x", 3]}, wrong('string "x"', "usize")),
@@ -94,7 +96,7 @@ def test_walk_becomes_run_fs(h: Harness, options: Any) -> None:
     assert run.request.method == "fs/walk"
     p = run.request.params
     assert p["path"] == "/tmp/t/./x/.."  # the adapter normalizes it
-    assert {p["maxDepth"], p["follow"], p["pruneHidden"]} <= {0, 64, True, False}
+    assert all(v in (0, 64, True, False) for v in (p["maxDepth"], p["follow"], p["pruneHidden"]))
     result = {"entries": [], "errors": [], "truncated": False}
     h.feed(FsCompleted(op=run.op, result=result))
     assert h.response(1, msg_id) == {"jsonrpc": "2.0", "id": msg_id, "result": result}

@@ -1379,7 +1379,7 @@ class CoreModel(RuleBasedStateMachine):
         self._keep_kill_obligations()
         self._drain(resume=True)
         self.seqs_are_consistent_and_bytes_exact()
-        for name, count in self.stats.items():
+        for name in self.stats:
             note_event(f"{name} (runs with)")
         result = replay(self.h.lines)
         assert result.ok, result

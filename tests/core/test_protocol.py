@@ -271,7 +271,7 @@ def test_missing_or_non_string_method_is_a_parse_error(
 def test_ids_that_are_not_strings_or_i64_integers_are_refused_with_id_minus_one(
     h: Harness, raw_id: str
 ) -> None:
-    frame = '{"jsonrpc": "2.0", "id": %s, "method": "environment/info"}' % raw_id
+    frame = '{"jsonrpc": "2.0", "id": ' + raw_id + ', "method": "environment/info"}'
     assert error(only_reply(h.send(1, frame))) == (-1, INVALID_REQUEST, parse_error(BAD_ID))
     works(h)
 
@@ -311,7 +311,9 @@ def test_ids_are_echoed_on_errors_too(h: Harness) -> None:
         {"id": 3, "result": [1, 2]},
     ],
 )
-def test_a_response_from_the_client_closes_the_connection(h: Harness, frame: dict[str, Any]) -> None:
+def test_a_response_from_the_client_closes_the_connection(
+    h: Harness, frame: dict[str, Any]
+) -> None:
     # The server sends no requests, so a response is a confused peer; the reference drops it.
     assert closed_with(h.send(1, frame), unexpected_response(frame["id"]))
     # Until the adapter reports the close, whatever else the peer sends is moot.
@@ -591,11 +593,15 @@ START_CASES = [
     (with_(START, envPolicy="all"), wrong('string "all"', "struct ExecEnvPolicy")),
     (with_(START, envPolicy=[]), wrong("sequence", "struct ExecEnvPolicy")),
     (with_(START, envPolicy={}), missing("inherit")),
-    (with_(START, envPolicy=with_(POLICY, inherit="some")), unknown_variant("some", INHERIT_VARIANTS)),
-    (with_(START, envPolicy=with_(POLICY, inherit="ALL")), unknown_variant("ALL", INHERIT_VARIANTS)),
+    (with_(START, envPolicy=with_(POLICY, inherit="some")),
+     unknown_variant("some", INHERIT_VARIANTS)),
+    (with_(START, envPolicy=with_(POLICY, inherit="ALL")),
+     unknown_variant("ALL", INHERIT_VARIANTS)),
     (with_(START, envPolicy=with_(POLICY, inherit=1)), wrong("number", "a string")),
-    (with_(START, envPolicy=without(POLICY, "ignoreDefaultExcludes")), missing("ignoreDefaultExcludes")),
-    (with_(START, envPolicy=with_(POLICY, ignoreDefaultExcludes="no")), wrong('string "no"', "a boolean")),
+    (with_(START, envPolicy=without(POLICY, "ignoreDefaultExcludes")),
+     missing("ignoreDefaultExcludes")),
+    (with_(START, envPolicy=with_(POLICY, ignoreDefaultExcludes="no")),
+     wrong('string "no"', "a boolean")),
     (with_(START, envPolicy=without(POLICY, "exclude")), missing("exclude")),
     (with_(START, envPolicy=with_(POLICY, exclude="X")), wrong('string "X"', "a sequence")),
     (with_(START, envPolicy=without(POLICY, "set")), missing("set")),
@@ -741,7 +747,8 @@ def test_a_pending_long_poll_read_does_not_delay_later_requests(h: Harness) -> N
     proc = h.start(1, "p", pipeStdin=True)
     other = h.start(1, "q")
     assert request_actions(h, 1, "slow", "process/read", {"processId": "p", "waitMs": 60_000}) == []
-    assert request_actions(h, 1, "slow2", "process/read", {"processId": "q", "waitMs": 60_000}) == []
+    assert request_actions(
+        h, 1, "slow2", "process/read", {"processId": "q", "waitMs": 60_000}) == []
 
     # Each later request is answered in the very handle() call it arrived in.
     info = only_reply(request_actions(h, 1, "info", "environment/info", {}))

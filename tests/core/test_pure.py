@@ -255,9 +255,9 @@ def test_non_utf8_bytes_survive_as_surrogates() -> None:
     ],
 )
 def test_a_non_file_uri_is_invalid_params_for_paths_and_cwds(uri: str, message: str) -> None:
-    for parse in (path_from_uri, cwd_from_uri):
+    for from_uri in (path_from_uri, cwd_from_uri):
         with pytest.raises(RpcError) as info:
-            parse(uri)
+            from_uri(uri)
         assert (info.value.code, info.value.message, info.value.data) == (
             INVALID_PARAMS, message, None
         )

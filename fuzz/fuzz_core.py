@@ -53,11 +53,13 @@ import execproto
 from execproto import (
     Action,
     CloseConnection,
+    Config,
     ConnectionClosed,
     ConnectionOpened,
     Event,
     Finalize,
     FsCompleted,
+    Host,
     HttpBodyReceived,
     HttpFinished,
     HttpResponded,
@@ -79,7 +81,6 @@ from execproto import (
     StreamClosed,
     Tick,
 )
-from execproto import Config, Host
 
 # Examples per target.
 EXAMPLES = int(os.environ.get("EXECPROTO_FUZZ_EXAMPLES", "1000"))
@@ -253,7 +254,9 @@ INITIALIZED = encode({"jsonrpc": "2.0", "method": "initialized", "params": {}})
 
 
 def _start(process_id: str, **extra: Any) -> dict[str, Any]:
-    params = {"processId": process_id, "argv": ["sh"], "cwd": "file:///tmp", "env": {}, "tty": False}
+    params = {
+        "processId": process_id, "argv": ["sh"], "cwd": "file:///tmp", "env": {}, "tty": False,
+    }
     params.update(extra)
     return params
 
@@ -340,7 +343,8 @@ KNOWN_METHODS += sorted(set(getattr(ServerCore(), "_methods", {})) - set(KNOWN_M
 MAX_DIGITS = sys.get_int_max_str_digits() or 4300
 
 edge_ints = st.sampled_from(
-    [0, 1, -1, 2, 255, 2**31 - 1, 2**31, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63)]
+    [0, 1, -1, 2, 255, 2**31 - 1, 2**31, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64,
+     -(2**63)]
     + [10 ** (MAX_DIGITS - 1), -(10 ** (MAX_DIGITS - 1))]
 ) | st.integers()
 
@@ -354,7 +358,9 @@ json_leaf = (
 )
 json_value = st.recursive(
     json_leaf,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
@@ -392,7 +398,8 @@ VALID: dict[str, st.SearchStrategy[Any]] = {
     "uint": st.sampled_from([0, 1, 5, 1000, 2**32]) | st.integers(0, 2**64 - 1),
     "b64": st.binary(max_size=24).map(lambda b: base64.b64encode(b).decode()),
     "headers": st.lists(
-        st.fixed_dictionaries({"name": st.text(max_size=6), "value": st.text(max_size=6)}), max_size=2
+        st.fixed_dictionaries({"name": st.text(max_size=6), "value": st.text(max_size=6)}),
+        max_size=2,
     ),
     "signal": st.just("interrupt"),
     "session": sessions,
@@ -477,7 +484,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "arg0": "text?",
         "envPolicy": "policy?",
     },
-    "process/read": {"processId": "id", "afterSeq": "uint?", "maxBytes": "uint?", "waitMs": "uint?"},
+    "process/read": {
+        "processId": "id", "afterSeq": "uint?", "maxBytes": "uint?", "waitMs": "uint?",
+    },
     "process/write": {"processId": "id", "chunk": "b64", "writeId": "id", "closeStdin": "bool?"},
     "process/signal": {"processId": "id", "signal": "signal"},
     "process/terminate": {"processId": "id"},
@@ -809,14 +818,18 @@ RESOLVE: dict[str, Callable[..., list[Event]]] = {
         )
     ],
     "output": lambda w, k, sk, data: [
-        OutputReceived(proc=(p := pick_proc_in(w, k, "live")), stream=pick_stream(w, p, sk), data=data)
+        OutputReceived(
+            proc=(p := pick_proc_in(w, k, "live")), stream=pick_stream(w, p, sk), data=data
+        )
     ],
     "eof": lambda w, k, sk: [
         StreamClosed(proc=(p := pick_proc_in(w, k, "live")), stream=pick_stream(w, p, sk))
     ],
     "exit": lambda w, k, rc: [ProcessExited(proc=pick_proc_in(w, k, "running"), returncode=rc)],
     "finish": _finish,
-    "fs_done": lambda w, k, result, error: [FsCompleted(op=pick_op(w, k), result=result, error=error)],
+    "fs_done": lambda w, k, result, error: [
+        FsCompleted(op=pick_op(w, k), result=result, error=error)
+    ],
     "http_responded": lambda w, k, status, headers, body: [
         HttpResponded(op=pick_op(w, k), status=status, headers=headers, body=body)
     ],
@@ -1019,7 +1032,9 @@ def _run_batch(job: tuple[str, int, int]) -> str | None:
         hypothesis_test(name, examples, seed)()
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
         report = "".join(traceback.format_exception(exc))
-        rerun = f"EXECPROTO_FUZZ_SEED={seed} EXECPROTO_FUZZ_EXAMPLES={examples} pytest fuzz -k {name}"
+        rerun = (
+            f"EXECPROTO_FUZZ_SEED={seed} EXECPROTO_FUZZ_EXAMPLES={examples} pytest fuzz -k {name}"
+        )
         return f"{name}: a batch failed; rerun it alone with\n    {rerun}\n\n{report}"
     return None
 
@@ -1076,7 +1091,9 @@ def main() -> None:
     try:
         import atheris  # type: ignore[import-not-found,import-untyped,unused-ignore]  # optional
     except ImportError:
-        raise SystemExit("atheris is not installed (pip install atheris); or run: pytest fuzz") from None
+        raise SystemExit(
+            "atheris is not installed (pip install atheris); or run: pytest fuzz"
+        ) from None
 
     atheris.instrument_all()
     atheris.Setup(sys.argv, one_input)

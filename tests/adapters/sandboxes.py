@@ -96,7 +96,8 @@ def _bwrap_problem() -> str | None:
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed (.ci/run installs it with apt-get)"
     probe = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net",
-                            "--unshare-uts", "--unshare-ipc", "true"], capture_output=True, text=True)
+                            "--unshare-uts", "--unshare-ipc", "true"],
+                           capture_output=True, text=True)
     return None if probe.returncode == 0 else f"bwrap cannot run here: {probe.stderr.strip()}"
 
 

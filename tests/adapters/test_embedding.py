@@ -34,7 +34,8 @@ def test_the_example_serves_and_stops(name: str) -> None:
     client = Client(url)
     assert "result" in client.handshake()
     start(client, "hello", ["echo", "hello from " + name])
-    assert output_of(client.events_until_closed("hello")) == {"stdout": f"hello from {name}\n".encode()}
+    assert output_of(client.events_until_closed("hello")) == {
+        "stdout": f"hello from {name}\n".encode()}
     client.close()
     _, err = example.communicate(timeout=30)
     assert example.returncode == 0, err

@@ -29,7 +29,8 @@ def test_whole_files_directories_and_metadata(client: Client, tmp_path: Path) ->
     assert f.read_bytes() == b"hello\x00"
     assert client.result("fs/readFile", {"path": uri(f)}) == {"dataBase64": b64(b"hello\x00")}
     meta = client.result("fs/getMetadata", {"path": uri(f)})
-    assert (meta["isFile"], meta["isDirectory"], meta["isSymlink"], meta["size"]) == (True, False, False, 6)
+    assert (meta["isFile"], meta["isDirectory"], meta["isSymlink"], meta["size"]) == (
+        True, False, False, 6)
     assert abs(meta["modifiedAtMs"] / 1000 - f.stat().st_mtime) < 1
     deep = tmp_path / "x" / "y"
     assert client.result("fs/createDirectory", {"path": uri(deep)}) == {}
@@ -57,7 +58,8 @@ def test_errors(client: Client, tmp_path: Path) -> None:
         "code": -32600, "message": f"path `{tmp_path}` is not a file"}
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "f").write_text("x")
-    assert error(client.call("fs/remove", {"path": uri(tmp_path / "d"), "recursive": False}))["code"] == -32603  # type: ignore[index]
+    reply = client.call("fs/remove", {"path": uri(tmp_path / "d"), "recursive": False})
+    assert error(reply)["code"] == -32603  # type: ignore[index]
 
 
 def test_a_fifo_is_refused_at_once(client: Client, tmp_path: Path) -> None:
@@ -83,10 +85,12 @@ def test_copy_keeps_symlinks_and_refuses_itself(client: Client, tmp_path: Path) 
     assert os.readlink(tmp_path / "dst" / "l") == "sub/f"
     flat = {**copy, "recursive": False}
     assert error(client.call("fs/copy", flat)) == {
-        "code": -32600, "message": "fs/copy requires recursive: true when sourcePath is a directory"}
+        "code": -32600,
+        "message": "fs/copy requires recursive: true when sourcePath is a directory"}
     inside = {**copy, "destinationPath": uri(src / "sub" / "again")}
     assert error(client.call("fs/copy", inside)) == {
-        "code": -32600, "message": "fs/copy cannot copy a directory to itself or one of its descendants"}
+        "code": -32600,
+        "message": "fs/copy cannot copy a directory to itself or one of its descendants"}
 
 
 def test_handles_read_blocks_and_close_with_the_connection(server: Server, tmp_path: Path) -> None:
@@ -145,7 +149,8 @@ def test_fs_root_confines_paths(rooted: tuple[Client, Path], tmp_path: Path) -> 
         assert error(client.call("fs/readFile", {"path": uri(sneaky)})) == {
             "code": -32600, "message": f"path `{sneaky}` is outside the allowed roots"}
     outside = tmp_path / "new"
-    assert error(client.call("fs/writeFile", {"path": uri(outside), "dataBase64": ""}))["code"] == -32600  # type: ignore[index]
+    reply = client.call("fs/writeFile", {"path": uri(outside), "dataBase64": ""})
+    assert error(reply)["code"] == -32600  # type: ignore[index]
     assert not outside.exists()
     assert client.result("fs/writeFile", {"path": uri(root / "new"), "dataBase64": b64(b"1")}) == {}
     os.mkfifo(root / "fifo")

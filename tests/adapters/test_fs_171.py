@@ -95,7 +95,8 @@ def test_walk_stays_within_fs_root(adapter: str, tmp_path: Path) -> None:
         c = server.client()
         got = listed(walk(c, root, followDirectorySymlinks=True), root)
         assert got == [("in", "directory")]
-        assert c.call("fs/walk", {"path": uri(tmp_path), "options": OPTIONS})["error"]["code"] == -32600
+        outer = c.call("fs/walk", {"path": uri(tmp_path), "options": OPTIONS})
+        assert outer["error"]["code"] == -32600
     finally:
         server.stop()
 
@@ -200,7 +201,8 @@ def homes(adapter: str, tmp_path: Path) -> Iterator[tuple[Client, Path]]:
     (project / "sub").mkdir()
     (project / ".codex" / "skills" / "s").mkdir(parents=True)
     (project / ".codex" / "skills" / "s" / "SKILL.md").write_text("---\nname: s\n---\n")
-    (project / ".codex" / "config.toml").write_text('model = "proj"\n[mcp_servers.bar]\ncommand = "b"\n')
+    (project / ".codex" / "config.toml").write_text(
+        'model = "proj"\n[mcp_servers.bar]\ncommand = "b"\n')
     (home / "config.toml").write_text(
         'model = "gpt-test"\napproval_policy = "never"\n[sandbox_workspace_write]\n'
         'network_access = true\n[mcp_servers.foo]\ncommand = "echo"\nargs = ["hi"]\n'
@@ -217,7 +219,8 @@ def test_environment_config_read(homes: tuple[Client, Path]) -> None:
         "cwd": uri(project / "sub"), "configPaths": [["model"], ["mcp_servers"]],
         "requirementsPaths": [["allowed_approval_policies"]]})
     assert result["codexHomeDir"] == uri(home) and result["hostname"] == os.uname().nodename
-    layers = [layer for layer in result["config"]["layers"] if not layer["source"].startswith("system")]
+    layers = [layer for layer in result["config"]["layers"]
+              if not layer["source"].startswith("system")]
     assert layers == [
         {"source": f"user ({home}/config.toml)", "baseDir": uri(home),
          "toml": 'model = "gpt-test"\n\n[mcp_servers.foo]\ncommand = "echo"\nargs = ["hi"]\n'},

@@ -84,8 +84,8 @@ def test_a_relative_symlink_copied_to_another_depth_carries_no_write_out(
                                       "destinationPath": uri(root / "b"), "recursive": True}) == {}
     assert os.readlink(root / "b" / "link") == "../../outside/new"  # now it points out
     reply = client.call("fs/writeFile", {"path": uri(root / "b" / "link"), "dataBase64": b64(b"x")})
-    assert reply["error"] == {"code": -32600,
-                              "message": f"path `{root / 'b' / 'link'}` is outside the allowed roots"}
+    assert reply["error"] == {
+        "code": -32600, "message": f"path `{root / 'b' / 'link'}` is outside the allowed roots"}
     (root / "again").mkdir()
     (root / "again" / "link").write_bytes(b"attack")  # a file of the link's name, copied over it
     reply = client.call("fs/copy", {"sourcePath": uri(root / "again"),

@@ -20,7 +20,8 @@ def b64(data: bytes) -> str:
 
 def test_event_order_and_seqs(client: Client) -> None:
     script = "printf 'event output\\n'; sleep 0.1; printf 'event err\\n' >&2; sleep 0.1; exit 7"
-    assert start(client, "e", ["sh", "-c", script])["result"] == {"processId": "e", "sandboxType": "none"}
+    assert start(client, "e", ["sh", "-c", script])["result"] == {
+        "processId": "e", "sandboxType": "none"}
     events = client.events_until_closed("e")
     assert [(n["method"], n["params"]["seq"]) for n in events] == [
         ("process/output", 1),
@@ -209,7 +210,8 @@ def test_forty_concurrent_processes(client: Client) -> None:
     for i in range(40):
         start(client, f"c{i}", ["sh", "-c", f"sleep 0.2; echo {i}"])
     for i in range(40):
-        assert output_of(client.events_until_closed(f"c{i}", timeout=30)) == {"stdout": f"{i}\n".encode()}
+        closed = client.events_until_closed(f"c{i}", timeout=30)
+        assert output_of(closed) == {"stdout": f"{i}\n".encode()}
 
 
 def test_a_long_poll_does_not_delay_other_requests(client: Client) -> None:

@@ -123,7 +123,8 @@ def test_late_output_after_exit_matches(both: Any, tmp_path: Path) -> None:
     def scenario(c: Client) -> Any:
         # The descendant holds the pipes, silent, until the test has seen the exit.
         release = tmp_path / f"release-{next(runs)}"
-        script = f"(while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.02; done; echo LATE) & exit 3"
+        script = (f"(while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.02; done; echo LATE)"
+                  " & exit 3")
         start(c, "late", ["sh", "-c", script])
         try:
             events = [c.notification(lambda n: n["params"].get("processId") == "late")]

@@ -42,8 +42,8 @@ def test_resume_of_an_unknown_or_attached_session_fails(server: Server) -> None:
     attached = server.client()
     other = server.client(handshake=False)
     unknown = other.handshake(resume="00000000-0000-4000-8000-000000000000")
-    assert unknown["error"] == {"code": -32600,
-                                "message": "unknown session id 00000000-0000-4000-8000-000000000000"}
+    assert unknown["error"] == {
+        "code": -32600, "message": "unknown session id 00000000-0000-4000-8000-000000000000"}
     busy = other.handshake(resume=attached.session_id)
     assert busy["error"] == {
         "code": -32010,

@@ -39,16 +39,20 @@ def test_handshake_errors_and_a_bad_frame_keep_the_connection(server: Server) ->
     c.send_raw("not json")
     bad = c.recv()
     assert bad["id"] == -1 and bad["error"]["code"] == -32600
-    assert bad["error"]["message"].startswith("failed to parse JSON-RPC message from exec-server websocket 127.0.0.1:")
+    assert bad["error"]["message"].startswith(
+        "failed to parse JSON-RPC message from exec-server websocket 127.0.0.1:")
     assert "result" in c.call("initialize", {"clientName": "t"})
     between = c.call("environment/info")
-    assert between["error"]["message"] == "client must send initialized before using environment info methods"
+    assert between["error"]["message"] == (
+        "client must send initialized before using environment info methods")
     c.send({"method": "initialized"})
     assert c.result("environment/info")["platformOs"] == "linux"
     second = c.call("initialize", {"clientName": "t"})
-    assert second["error"] == {"code": -32600, "message": "initialize may only be sent once per connection"}
+    assert second["error"] == {
+        "code": -32600, "message": "initialize may only be sent once per connection"}
     unknown = c.call("no/such")
-    assert unknown["error"] == {"code": -32601, "message": "exec-server stub does not implement `no/such` yet"}
+    assert unknown["error"] == {
+        "code": -32601, "message": "exec-server stub does not implement `no/such` yet"}
 
 
 def test_binary_frames_are_accepted_and_replies_are_text(server: Server) -> None:
@@ -58,7 +62,8 @@ def test_binary_frames_are_accepted_and_replies_are_text(server: Server) -> None
     assert isinstance(reply, str) and '"sessionId"' in reply
 
 
-def test_a_stray_notification_closes_the_connection_and_the_server_keeps_serving(server: Server) -> None:
+def test_a_stray_notification_closes_the_connection_and_the_server_keeps_serving(
+        server: Server) -> None:
     c = server.client()
     c.send({"method": "bogus/notification"})
     with pytest.raises(Closed) as closed:

@@ -91,7 +91,9 @@ class Harness:
 
     def start(self, conn: int, process_id: str, argv: list[str] | None = None, **extra: Any) -> int:
         """`process/start` through to the spawn; returns the core's handle for the process."""
-        params = {"processId": process_id, "argv": argv or ["sh"], "cwd": CWD, "env": {}, "tty": False}
+        params = {
+            "processId": process_id, "argv": argv or ["sh"], "cwd": CWD, "env": {}, "tty": False,
+        }
         params.update(extra)
         msg_id = self.request(conn, "process/start", params)
         spawn = [a for a in self.actions if isinstance(a, Spawn)][-1]
@@ -124,7 +126,8 @@ class Harness:
 
     def notifications(self, conn: int, method: str | None = None) -> list[dict[str, Any]]:
         return [
-            m for m in self.messages(conn) if "method" in m and (method is None or m["method"] == method)
+            m for m in self.messages(conn)
+            if "method" in m and (method is None or m["method"] == method)
         ]
 
     def of_type(self, kind: type) -> list[Any]:

@@ -6,7 +6,8 @@ from .harness import Harness, unb64
 
 
 def test_late_output_after_exit_is_sequenced_and_delivered(h: Harness) -> None:
-    proc = h.start(1, "p", ["sh", "-c", "(sleep 1; echo LATE_STDOUT; echo LATE_STDERR >&2) & exit 7"])
+    script = "(sleep 1; echo LATE_STDOUT; echo LATE_STDERR >&2) & exit 7"
+    proc = h.start(1, "p", ["sh", "-c", script])
     h.exit(proc, 7)
 
     # An interrupt between exit and close must not signal: the pid is about to be reaped.
@@ -44,7 +45,8 @@ def test_late_output_after_exit_is_sequenced_and_delivered(h: Harness) -> None:
     ]
     exited = h.notifications(1, "process/exited")
     assert len(exited) == 1 and exited[0]["params"]["exitCode"] == 7
-    assert h.of_type(Finalize) == [Finalize(proc=proc, status="completed", exit_code=7, timed_out=False)]
+    assert h.of_type(Finalize) == [
+        Finalize(proc=proc, status="completed", exit_code=7, timed_out=False)]
     # Finalize is the very last action: after the last stream's EOF, never before.
     assert h.actions[-1] == Finalize(proc=proc, status="completed", exit_code=7, timed_out=False)
     h.assert_replays()

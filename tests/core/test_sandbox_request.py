@@ -87,11 +87,13 @@ REJECTED = [
     ({**READ_ONLY, "permissions": {"type": "external"}}, "missing field `network`"),
     (changed(["permissions", "network"], "disabled"),
      "unknown variant `disabled`, expected `restricted` or `enabled`"),
-    (changed(["permissions", "network"], True), "invalid type: boolean `true`, expected string or map"),
+    (changed(["permissions", "network"], True),
+     "invalid type: boolean `true`, expected string or map"),
     (changed(["permissions", "file_system", "type"], "external_sandbox"),
      "unknown variant `external_sandbox`, expected `restricted` or `unrestricted`"),
     (changed(["permissions", "file_system", "entries"], ...), "missing field `entries`"),
-    (changed(["permissions", "file_system", "entries"], None), "invalid type: null, expected a sequence"),
+    (changed(["permissions", "file_system", "entries"], None),
+     "invalid type: null, expected a sequence"),
     (changed(["permissions", "file_system", "glob_scan_max_depth"], 0),
      "invalid value: integer `0`, expected a nonzero usize"),
     (changed(ENTRY, special("home", "read")),
@@ -109,8 +111,10 @@ REJECTED = [
      "unknown variant `READ`, expected one of `read`, `write`, `deny`, `none`"),
     (changed(ENTRY + ["access"], None), "invalid type: null, expected string or map"),
     (changed(ENTRY + ["access"], ...), "missing field `access`"),
-    (changed(ENTRY + ["missing_path_behavior"], "create"), "unknown variant `create`, expected `skip`"),
-    (changed(ENTRY, "tmpdir"), 'invalid type: string "tmpdir", expected struct ExecFileSystemSandboxEntry'),
+    (changed(ENTRY + ["missing_path_behavior"], "create"),
+     "unknown variant `create`, expected `skip`"),
+    (changed(ENTRY, "tmpdir"),
+     'invalid type: string "tmpdir", expected struct ExecFileSystemSandboxEntry'),
     (changed(["cwd"], "/w"), "invalid URI: relative URL without a base"),
     (changed(["cwd"], 5), "invalid type: number, expected a string"),
     (changed(["workspaceRoots"], None), "invalid type: null, expected a sequence"),
@@ -127,7 +131,9 @@ REJECTED = [
 
 
 @pytest.mark.parametrize(("sandbox", "message"), REJECTED)
-def test_a_malformed_sandbox_is_refused_as_the_reference_refuses_it(sandbox: Any, message: str) -> None:
+def test_a_malformed_sandbox_is_refused_as_the_reference_refuses_it(
+    sandbox: Any, message: str
+) -> None:
     assert error_for(sandbox) == {"code": -32602, "message": message}
 
 
@@ -185,7 +191,8 @@ def test_workspace_write_resolves_its_special_paths() -> None:
 def test_project_roots_default_to_the_cwd_and_subpaths_are_normalized() -> None:
     sandbox = changed(["workspaceRoots"], ..., WORKSPACE_WRITE)
     sandbox = changed(["cwd"], ..., sandbox)
-    sandbox["permissions"]["file_system"]["entries"].append(special("project_roots", "none", "../s"))
+    entries = sandbox["permissions"]["file_system"]["entries"]
+    entries.append(special("project_roots", "none", "../s"))
     policy = policy_of(sandbox, cwd="file:///proc-cwd/a")
     assert policy is not None
     assert policy.access("/proc-cwd/a/x") == "write"  # the process's cwd stands in
@@ -208,7 +215,8 @@ def test_minimal_cwd_and_explicit_paths() -> None:
 
 
 def test_profiles_that_restrict_nothing_run_unsandboxed_and_say_so() -> None:
-    unrestricted = {"type": "managed", "file_system": {"type": "unrestricted"}, "network": "enabled"}
+    unrestricted = {
+        "type": "managed", "file_system": {"type": "unrestricted"}, "network": "enabled"}
     for permissions in ({"type": "disabled"}, {"type": "external", "network": "enabled"},
                         unrestricted):
         h, info, spawn = started(dict(READ_ONLY, permissions=permissions))
@@ -223,7 +231,8 @@ def test_a_network_only_sandbox_keeps_every_path_writable() -> None:
 
 
 def test_the_floor_narrows_every_request() -> None:
-    floor = Policy.of([PathRule(path="/", access="read"), PathRule(path="/w", access="write")], False)
+    floor = Policy.of(
+        [PathRule(path="/", access="read"), PathRule(path="/w", access="write")], False)
     config = Config(sandbox_type="linuxSeccomp", floor=floor)
     assert policy_of(None, config=config) == floor
     disabled = policy_of(dict(READ_ONLY, permissions={"type": "disabled"}), config=config)
@@ -312,13 +321,15 @@ def test_fs_calls_carry_the_same_policy() -> None:
 def test_an_fs_sandbox_naming_workspace_paths_needs_a_cwd() -> None:
     h, msg_id = fs_call(changed(["cwd"], ..., WORKSPACE_WRITE))
     assert h.response(1, msg_id)["error"] == {  # type: ignore[index]
-        "code": -32602, "message": "file system sandbox context with dynamic permissions requires cwd"}
+        "code": -32602,
+        "message": "file system sandbox context with dynamic permissions requires cwd"}
     h, msg_id = fs_call(changed(["cwd"], ..., READ_ONLY))
     assert h.of_type(RunFs), "a profile without workspace paths needs none"
     bad = changed(["workspaceRoots"], ["file://host/x"], WORKSPACE_WRITE)
     h, msg_id = fs_call(bad)
     assert h.response(1, msg_id)["error"] == {  # type: ignore[index]
-        "code": -32600, "message": "invalid sandbox workspace root: 'file://host/x' is invalid on 'linux'"}
+        "code": -32600,
+        "message": "invalid sandbox workspace root: 'file://host/x' is invalid on 'linux'"}
 
 
 def test_a_sandbox_of_too_many_entries_or_nul_bytes_is_refused() -> None:
@@ -326,9 +337,11 @@ def test_a_sandbox_of_too_many_entries_or_nul_bytes_is_refused() -> None:
     assert error_for(many) == {
         "code": -32602, "message": "a sandbox may have at most 256 file system entries, not 257"}
     nul = changed(ENTRY, special("project_roots", "read", ".git\x00x"))
-    assert error_for(nul) == {"code": -32602, "message": "a sandbox subpath must not contain a NUL byte"}
+    assert error_for(nul) == {
+        "code": -32602, "message": "a sandbox subpath must not contain a NUL byte"}
     glob = changed(ENTRY + ["path"], {"type": "glob_pattern", "pattern": "*\x00"})
-    assert error_for(glob) == {"code": -32602, "message": "a sandbox pattern must not contain a NUL byte"}
+    assert error_for(glob) == {
+        "code": -32602, "message": "a sandbox pattern must not contain a NUL byte"}
 
 
 def test_looking_rules_up_costs_the_depth_not_the_count() -> None:

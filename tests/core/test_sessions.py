@@ -724,9 +724,8 @@ def test_two_sessions_process_ids_are_independent() -> None:
     h.handshake(3)
     reply = h.call(3, "process/read", {"processId": "p"})
     assert error(reply) == (INVALID_REQUEST, unknown_process("p"))
-    assert h.call(3, "process/write", {"processId": "p", "chunk": "", "writeId": "w"})["result"] == {
-        "status": "unknownProcess"
-    }
+    reply = h.call(3, "process/write", {"processId": "p", "chunk": "", "writeId": "w"})
+    assert reply["result"] == {"status": "unknownProcess"}
 
 
 def test_spawn_spec_names_the_owning_session() -> None:

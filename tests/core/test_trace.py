@@ -18,9 +18,6 @@ from execproto import (
     Finalize,
     FinalizeFailed,
     FsCompleted,
-    MissingChanged,
-    Unwatch,
-    WatchMissing,
     FsRequest,
     Host,
     HttpBodyReceived,
@@ -29,6 +26,7 @@ from execproto import (
     HttpResponded,
     LocalProtocolError,
     MessageReceived,
+    MissingChanged,
     OutputReceived,
     PauseOutput,
     ProcessExited,
@@ -42,19 +40,21 @@ from execproto import (
     Send,
     SendBlocked,
     SendDrained,
-    Shutdown,
     ServerCore,
+    Shutdown,
     Signal,
     Spawn,
     SpawnFailed,
     SpawnSpec,
     StreamClosed,
     Tick,
+    Unwatch,
+    WatchMissing,
     WriteStdin,
     replay,
 )
-from execproto.events import EVENT_TYPES
 from execproto._trace import FORMAT, VERSION, from_json, load_header, to_json
+from execproto.events import EVENT_TYPES
 
 from .harness import Harness, b64, unb64
 
@@ -77,8 +77,10 @@ def scripted_session() -> Harness:
     h.connect(1)
     h.send(1, "not json")
     h.handshake(1)
-    proc = h.start(1, "p", ["sh", "-c", "echo hi"], envPolicy={"inherit": "all", "ignoreDefaultExcludes": False,
-                                                           "exclude": [], "set": {}, "includeOnly": []})
+    proc = h.start(1, "p", ["sh", "-c", "echo hi"], envPolicy={
+        "inherit": "all", "ignoreDefaultExcludes": False,
+        "exclude": [], "set": {}, "includeOnly": [],
+    })
     read_id = h.request(1, "process/read", {"processId": "p", "waitMs": 2000})
     h.advance(0.25)
     h.output(proc, "stdout", b"hi\n" * 30)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from execproto.adapters import cli
-
 from execproto import ServerCore
+from execproto.adapters import cli
 
 
 def _raise(*args: object) -> None:

@@ -7,9 +7,8 @@ import json
 import os
 from typing import Any
 
-from execproto.adapters.backends import ExecSpec, Refused
-
 from execproto import SpawnSpec
+from execproto.adapters.backends import ExecSpec, Refused
 
 
 class RecordingBackend:

@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+
 from execproto.adapters._peer import AUTH_DELAY
 
 from .conftest import Server

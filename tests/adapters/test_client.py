@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from execproto.adapters._wsclient import HandshakeRefused
 from execproto.adapters.client import Chunk, RemoteError, Result, SessionGone, connect
 

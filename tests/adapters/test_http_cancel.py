@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from execproto.adapters import _http, _lookup
 
 from execproto import HttpRequest
+from execproto.adapters import _http, _lookup
 
 from .test_http_limits import Silent
 

@@ -9,9 +9,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from execproto.adapters import _http
 
 from execproto import HttpRequest
+from execproto.adapters import _http
 
 from .conftest import STARVED, Server, start, uri
 from .test_limits import rss_mib

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import time
 
-from execproto.adapters._ws import MAX_FRAGMENTS, MAX_PINGS
 from wsproto.events import Ping, TextMessage
+
+from execproto.adapters._ws import MAX_FRAGMENTS, MAX_PINGS
 
 from .conftest import STARVED, Server, served, start
 from .test_limits import rss_mib

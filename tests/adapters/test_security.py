@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from execproto.adapters import _ws
 
 from .conftest import Server, start

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
-from execproto.adapters._peer import Gate
 
 from execproto import Config
+from execproto.adapters._peer import Gate
 
 from .conftest import STARVED, Server, served, start
 

@@ -176,8 +176,18 @@ class _Loop:
         os.write(self._wake_write, b"x")  # re-arm
 
 
+def _nothing() -> None:
+    pass
+
+
 class _Connection:
-    """One connection's bytes: a reader thread and a writer thread around a counted outbox."""
+    """One connection's bytes: a reader thread and a writer thread around a counted outbox.
+
+    A connection and its peer refer to each other (and the water marks to the connection): a
+    cycle, which only a full garbage collection would free, and an idle server may not run one
+    for a long time. So once its threads have ended, the connection lets go (`_forget`): it and
+    all its peer held (the websocket's buffers, a message's fragments) are freed at once.
+    """
 
     def __init__(self, loop: _Loop, receive: Callable[[], bytes],
                  send: Callable[[list[bytes]], None], close: Callable[[], None]) -> None:
@@ -193,9 +203,11 @@ class _Connection:
         self._may_read = threading.Event()  # cleared while blocked: no requests are read
         self._may_read.set()
         self._reads = threading.Semaphore(READS_AHEAD)
+        self._threads = 0  # of the two, those that have not yet ended (told on the owner)
         self.peer: Peer | None = None
 
     def start(self, received: Callable[[bytes], None]) -> None:
+        self._threads = 2
         threading.Thread(target=self._reader, args=(received,), daemon=True).start()
         threading.Thread(target=self._writer, daemon=True).start()
 
@@ -256,6 +268,19 @@ class _Connection:
         with self._ready:
             self._outbox.clear()  # what was not sent goes now, not when a cycle is collected
         self.hang_up()
+        self._thread_ended()
+
+    def _thread_ended(self) -> None:
+        """On the owner, once for each thread that has ended: the reader after its `_lost`,
+        the writer after its last post."""
+        self._threads -= 1
+        if self._threads == 0:
+            self._forget()
+
+    def _forget(self) -> None:
+        """Gone, its threads too: drop the references that make a cycle of it and its peer."""
+        self.peer = None
+        self._marks = WaterMarks(_nothing, _nothing)
 
     def _writer(self) -> None:
         try:
@@ -275,6 +300,7 @@ class _Connection:
             return
         finally:
             self._close()
+            self._loop.post(self._thread_ended)
 
 
 class _SocketConnection(_Connection):
@@ -283,7 +309,7 @@ class _SocketConnection(_Connection):
 
     def __init__(self, loop: _Loop, sock: socket.socket) -> None:
         super().__init__(loop, lambda: sock.recv(1 << 16), partial(send_all, sock.sendmsg),
-                         self._shut)
+                         partial(_shut, sock))
         self._sock = sock
         self._fd = sock.fileno()
         self._received: Callable[[bytes], None] | None = None
@@ -296,9 +322,9 @@ class _SocketConnection(_Connection):
         self._loop.watch_read(self._fd, self._readable)
 
     def _readable(self) -> None:
-        assert self._received is not None and self.peer is not None
         if self._ended:
             return
+        assert self._received is not None and self.peer is not None
         try:
             data = self._sock.recv(1 << 16)
         except (BlockingIOError, InterruptedError):
@@ -332,16 +358,22 @@ class _SocketConnection(_Connection):
             self._sock.sendmsg(answer)  # a few hundred bytes into an empty buffer: taken whole
         except OSError:
             pass
-        self._shut()
+        _shut(self._sock)
         if self.peer is not None:
             self.peer.lost()
+        self._forget()  # no threads were started
 
-    def _shut(self) -> None:
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._sock.close()
+    def _forget(self) -> None:
+        super()._forget()
+        self._received = None
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
 
 
 def serve(

@@ -55,6 +55,14 @@ AUTH_DELAY = 0.5
 MISSED_PONGS = 2
 
 
+def _nothing() -> None:
+    pass
+
+
+def _discard(parts: Sequence[bytes]) -> None:
+    pass
+
+
 class WaterMarks:
     """The bytes queued for one connection and not yet written, against the water marks: says
     ``blocked`` once they rise above `HIGH_WATER`, ``drained`` once they fall back below
@@ -77,8 +85,11 @@ class WaterMarks:
             self._on_drained()
 
     def drop(self) -> None:
-        """The queue was thrown away with its connection: nothing is owed, nothing is told."""
+        """The queue was thrown away with its connection: nothing is owed, nothing is told.
+        The callbacks go too: they are the connection's, which holds these marks, and that
+        cycle would keep the closed connection until a full garbage collection."""
         self.queued = 0
+        self._on_blocked = self._on_drained = _nothing
 
 
 class Gate:
@@ -143,6 +154,10 @@ class Peer:
             self.driver.peers.pop(self.conn, None)
             self.driver.feed(ConnectionClosed(conn=self.conn))
             self.driver.files.close_connection(self.conn)  # its fs/open handles go with it
+        # The connection's functions hold the connection, which holds this peer: let go, so
+        # that both (and the websocket's buffers) are freed now rather than at a full collection.
+        self.write = _discard
+        self.hang_up = _nothing
 
     def blocked(self) -> None:
         self.stuck = True
@@ -300,6 +315,7 @@ class WsPeer(Peer):
             self._next_ping()
             self._next_ping = None
         super().lost()
+        self._abort = _nothing  # the connection's, as write and hang_up
 
     def blocked(self) -> None:
         super().blocked()

@@ -51,7 +51,8 @@ class _Loop:
         self._in_flight: set[int] = set()
         self._wake_read, self._wake_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._running = True
-        self._watcher = threading.Thread(target=self._watch_loop, name="execproto-watch", daemon=True)
+        self._watcher = threading.Thread(target=self._watch_loop, name="execproto-watch",
+                                         daemon=True)
         self._watcher.start()
 
     # -- the owner ------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test checks live live-1 live-2 reference typecheck coverage fuzz-long fuzz-live bench compare clean
+.PHONY: serve test checks live live-1 live-2 reference lint typecheck coverage fuzz-long fuzz-live bench compare clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ serve: $(VENV)/.installed
 test: $(VENV)/.installed reference
 	$(MAKE) --no-print-directory -j3 --output-sync=target checks live-1 live-2
 
-checks: typecheck coverage
+checks: lint typecheck coverage
 
 LIVE := tests --ignore=tests/core fuzz
 live: $(VENV)/.installed
@@ -45,6 +45,9 @@ reference:
 			@openai/codex@0.171.0 >$(REFERENCE_DIR)/npm.log 2>&1; then \
 		echo "installed codex 0.171.0 in $(REFERENCE_DIR)"; \
 	else echo "npm install @openai/codex@0.171.0 failed (see $(REFERENCE_DIR)/npm.log): the tests that need it will be skipped"; fi
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
 
 typecheck: $(VENV)/.installed
 	$(BIN)/python -m mypy src/execproto

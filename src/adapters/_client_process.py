@@ -128,7 +128,7 @@ class Process:
 
     async def _write(self, data: bytes, close: bool) -> None:
         while True:
-            reply = await self._client._call(
+            reply = await self._client.call_core(
                 lambda core: core.write(self.process_id, data, close_stdin=close)
             )
             status = reply["status"]
@@ -140,12 +140,12 @@ class Process:
 
     async def interrupt(self) -> None:
         """SIGINT to the process group, if it is still running."""
-        await self._client._call(lambda core: core.interrupt(self.process_id))
+        await self._client.call_core(lambda core: core.interrupt(self.process_id))
 
     async def terminate(self) -> bool:
         """Stop the process group (TERM, then KILL after the server's grace). Returns whether it
         was running."""
-        reply = await self._client._call(lambda core: core.terminate(self.process_id))
+        reply = await self._client.call_core(lambda core: core.terminate(self.process_id))
         return bool(reply["running"])
 
     # -- fed by the client's receive loop ---------------------------------------------------------

@@ -28,7 +28,6 @@ from execproto.events import SpawnFailure, Stream
 
 # Output is read in large pieces: a bigger pipe means fewer wakeups and fewer, larger chunks.
 PIPE_SIZE = 1 << 20
-READ_SIZE = 1 << 20
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "KILL": signal.SIGKILL}
 

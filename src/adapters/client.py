@@ -150,7 +150,7 @@ class Client:
         proc = Process(self, process_id)
         self._procs[process_id] = proc
         try:
-            await self._call(lambda core: core.start(
+            await self.call_core(lambda core: core.start(
                 process_id, argv, cwd=cwd, env=env, tty=tty, pipe_stdin=pipe_stdin, arg0=arg0,
                 env_policy=policy,
             ))
@@ -206,11 +206,14 @@ class Client:
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Any method, with raw params; returns the raw result or raises `RemoteError`."""
-        return await self._call(lambda core: core.request(method, params))
+        return await self.call_core(lambda core: core.request(method, params))
 
     # -- calls ------------------------------------------------------------------------------------
 
-    async def _call(self, make: Any) -> Any:
+    async def call_core(self, make: Any) -> Any:
+        """Make one call on the client core (``make(core)`` returns its call id), send it, and
+        await its result; `RemoteError` or the connection's failure if it fails. What `request`
+        and a `Process`'s calls go through."""
         if self._broken is not None:
             raise self._broken
         call_id: int = make(self._core)

@@ -19,6 +19,8 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from typing import TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import h11
@@ -35,6 +37,8 @@ IDLE_TIMEOUT = 30.0
 MAX_BODY = 64 << 20  # a response body read whole (not streamed); past it the call fails
 SLICE = 0.25  # seconds a blocking wait lasts before the cancel flag is looked at again
 WORKERS = 8  # threads for http calls; more calls wait their turn, fs calls never do
+
+T = TypeVar("T")
 
 
 class Pool:
@@ -187,33 +191,28 @@ class _Exchange:
     def _handshake(self, sock: socket.socket, host: str) -> ssl.SSLSocket:
         tls = ssl.create_default_context().wrap_socket(sock, server_hostname=host,
                                                        do_handshake_on_connect=False)
+        self._in_slices(tls, tls.do_handshake)
+        return tls
+
+    def _write(self, data: bytes | None) -> None:
+        """Send it all; without a deadline each piece sent restarts the idle time."""
+        view = memoryview(data or b"")
+        while view:
+            view = view[self._in_slices(self._sock, partial(self._sock.send, view)):]
+
+    def _in_slices(self, sock: socket.socket, step: Callable[[], T]) -> T:
+        """``step()``, one blocking call on ``sock``, waited for a `SLICE` at a time until it
+        completes, the call is cancelled, or its time (to the deadline, or IDLE_TIMEOUT) is up."""
         limit = time.monotonic() + self._remaining()
         while True:
             left = limit - time.monotonic()
             if left <= 0:
                 raise HttpFailure(f"operation timed out for url ({self._url})")
-            tls.settimeout(min(SLICE, left))
+            sock.settimeout(min(SLICE, left))
             try:
-                tls.do_handshake()
-                return tls
+                return step()
             except TimeoutError:
                 self._check()
-
-    def _write(self, data: bytes | None) -> None:
-        """Send it all, in slices; without a deadline each piece sent restarts the idle time."""
-        view = memoryview(data or b"")
-        limit = time.monotonic() + self._remaining()
-        while view:
-            left = limit - time.monotonic()
-            if left <= 0:
-                raise HttpFailure(f"operation timed out for url ({self._url})")
-            self._sock.settimeout(min(SLICE, left))
-            try:
-                view = view[self._sock.send(view):]
-            except TimeoutError:
-                self._check()
-                continue
-            limit = time.monotonic() + self._remaining()
 
     def _next(self) -> object:
         while True:
@@ -229,16 +228,7 @@ class _Exchange:
             self._conn.receive_data(data)
 
     def _recv(self) -> bytes:
-        limit = time.monotonic() + self._remaining()
-        while True:
-            left = limit - time.monotonic()
-            if left <= 0:
-                raise HttpFailure(f"operation timed out for url ({self._url})")
-            self._sock.settimeout(min(SLICE, left))
-            try:
-                return self._sock.recv(1 << 16)
-            except TimeoutError:
-                self._remaining()  # cancelled, or past the deadline: raises
+        return self._in_slices(self._sock, partial(self._sock.recv, 1 << 16))
 
     def send(self, method: str, headers: tuple[tuple[str, str], ...], body: bytes | None) -> Head:
         parts = self._parts

@@ -198,18 +198,26 @@ class ServerCore(ProcessHandlers, WatchHandlers):
     def _check_references(self, event: Event) -> None:
         """Refuse, before the deadlines run, an event the deadlines cannot make possible: they
         never open a connection, issue a handle or reopen a stream, so the event would raise
-        after them all the same, with their actions lost."""
-        if isinstance(event, ConnectionOpened):
-            if event.conn in self._conns:
-                raise LocalProtocolError(f"connection {event.conn} is already open")
-        elif isinstance(event, (MessageReceived, ConnectionClosed, SendBlocked, SendDrained)):
-            self._connection(event.conn)
-        elif isinstance(event, (ProcessSpawned, SpawnFailed, OutputReceived, StreamClosed,
-                                ProcessExited, FinalizeFailed)):
-            process = self._live_process(event.proc)
-            if (isinstance(event, (OutputReceived, StreamClosed)) and process is not None
-                    and event.stream not in process.open_streams):
-                raise LocalProtocolError(f"process {event.proc}: {event.stream!r} is not open")
+        after them all the same, with their actions lost. One table lookup: output is the hot
+        path."""
+        check = _REFERENCES.get(type(event))
+        if check is not None:
+            check(self, event)
+
+    def _not_yet_open(self, event: ConnectionOpened) -> None:
+        if event.conn in self._conns:
+            raise LocalProtocolError(f"connection {event.conn} is already open")
+
+    def _open_connection(self, event: Any) -> None:
+        self._connection(event.conn)
+
+    def _issued_process(self, event: Any) -> None:
+        self._live_process(event.proc)
+
+    def _open_stream(self, event: OutputReceived | StreamClosed) -> None:
+        process = self._live_process(event.proc)
+        if process is not None and event.stream not in process.open_streams:
+            raise LocalProtocolError(f"process {event.proc}: {event.stream!r} is not open")
 
     def next_deadline(self) -> float | None:
         """The earliest time a `Tick` is due, or None when nothing waits on time (or the core
@@ -415,3 +423,18 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             else:
                 del session.processes[process.process_id]  # closed: nobody can read it now
 
+
+# What each event names that must exist before anything runs (see `_check_references`).
+_REFERENCES: dict[type, Callable[[ServerCore, Any], None]] = {
+    ConnectionOpened: ServerCore._not_yet_open,
+    MessageReceived: ServerCore._open_connection,
+    ConnectionClosed: ServerCore._open_connection,
+    SendBlocked: ServerCore._open_connection,
+    SendDrained: ServerCore._open_connection,
+    ProcessSpawned: ServerCore._issued_process,
+    SpawnFailed: ServerCore._issued_process,
+    ProcessExited: ServerCore._issued_process,
+    FinalizeFailed: ServerCore._issued_process,
+    OutputReceived: ServerCore._open_stream,
+    StreamClosed: ServerCore._open_stream,
+}

@@ -1,44 +1,56 @@
 """A policy carried out by bubblewrap: the mounts, namespaces and environment of one sandbox.
 
 What the sandbox guarantees (docs/design.md has the whole list, and tests/adapters/
-test_sandbox_attacks.py tries to break each point):
+test_sandbox.py and test_mount_race.py try to break each point):
 
 - Files: the policy's rules become mounts, shallow first: `/` read-only (or absent), writable
   rules bound read-write, read rules read-only, denied paths covered by an empty read-only tmpfs
   (a directory) or /dev/null (a file). Every rule's path is resolved through symlinks first and
   the resolved rule narrowed by the floor again, so a symlink planted in a writable root cannot
-  carry a write grant elsewhere. The source of each bind is held open by descriptor from the
-  check to the mount.
-- `/tmp` and `/run` are private, empty, read-only tmpfs unless the policy makes them writable:
-  host unix sockets live there, and a read-only mount does not stop `connect()`. `/dev` is a
-  fresh one (bwrap's `--dev`), `/dev/shm` with it.
+  carry a write grant elsewhere. The mounts are made by `_stage`, by descriptor and through no
+  symlink, before bubblewrap runs; bubblewrap takes the staged root whole and makes no mount
+  point of its own in a place the sandbox can write.
+- What the policy lets it read it reads, `/tmp` and `/run` included; unix sockets there are
+  stopped by the seccomp filter when the network is restricted (`_seccomp`).
 - Its own pid, ipc, uts, cgroup and (unless the policy allows the network) network namespaces;
   no capabilities even when the server is root; no_new_privs (bwrap sets it); `/proc/sys` and
-  the other kernel knobs in `/proc` read-only; killed with its parent.
-- The wrappers (setpriv, bwrap) run with a fixed environment; the client's variables reach the
-  program only, through bwrap's `--setenv`, passed in a memfd (`--args`) so that they never
-  appear in a command line another user can read.
+  the other kernel knobs in `/proc` read-only; a fresh session keyring; killed with its parent.
+- The wrappers (setpriv, the stage, bwrap) run with a fixed environment; the client's variables
+  reach the program only, through bwrap's `--setenv`, passed in a memfd (`--args`) so that they
+  never appear in a command line another user can read.
 """
 
 from __future__ import annotations
 
-import errno
+import json
 import os
-import stat
+import shutil
 import subprocess
+import sys
 from collections import Counter
+from typing import Any
 
 from execproto import Policy, SpawnSpec
 from execproto._policy import PathRule, deepest
 
-from . import _glob
+from . import _glob, _seccomp, _stage
 
 # The wrappers' whole environment: nothing a client chose.
 WRAPPER_ENV = (("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),)
 
-# Host places that hold unix sockets: empty and read-only unless the policy grants a write
-# there. (/dev is always the sandbox's own, /dev/shm with it.)
-PRIVATE = ("/tmp", "/run", "/var/run")
+
+def _interpreter() -> str:
+    """The server's own interpreter, or the system's where this user cannot run that one (a
+    server started as another user by `setpriv`, say): the stage needs only the standard
+    library of any Python 3."""
+    if os.access(sys.executable, os.X_OK):
+        return sys.executable
+    return shutil.which("python3", path=WRAPPER_ENV[0][1]) or sys.executable
+
+
+# The stage runs isolated from the environment and from site packages.
+STAGE = (_interpreter(), "-I", "-S", _stage.__file__)
+
 # Always the sandbox's own, fresh in each: rules beneath these are not mounted.
 OWN = ("/proc", "/dev")
 # Kernel knobs in a fresh /proc that would change the host, kept read-only.
@@ -52,14 +64,23 @@ NAMESPACES = ("--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-
 
 
 def problem(bwrap: str) -> str | None:
-    """Why bubblewrap cannot sandbox here, or None when it can (namespaces included)."""
-    probe = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-             *NAMESPACES, "--unshare-net", "--", "true"]
+    """Why bubblewrap cannot sandbox here, or None when it can (namespaces, the staged root
+    and the seccomp filter included)."""
+    missing = _seccomp.problem()
+    if missing is not None:
+        return missing
+    sandbox = Sandbox(bwrap, None, Counter())
+    probe = sandbox.command(Policy.of([PathRule(path="/", access="read")], False),
+                            SpawnSpec(argv=("true",), arg0=None, cwd="/", env=(), tty=False,
+                                      pipe_stdin=False, session_id="", process_id="probe"),
+                            "true")
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30,
-                              env=dict(WRAPPER_ENV))
+                              env=dict(WRAPPER_ENV), pass_fds=sandbox.fds)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap cannot run here: {exc}"
+    finally:
+        sandbox.close()
     if done.returncode != 0:
         return f"bubblewrap cannot run here: {done.stderr.strip() or done.returncode}"
     return None
@@ -79,7 +100,7 @@ class CannotEnforce(Exception):
 
 
 class Sandbox:
-    """The bwrap command for one spawn.
+    """The command for one spawn: the stage (which builds the file system) exec'ing bwrap.
 
     Holds the descriptors it passes (`close` them after the spawn, whether or not it
     succeeded). ``placeholders`` are the empty directories sandboxes made on the host as
@@ -92,7 +113,7 @@ class Sandbox:
         self._bwrap = bwrap
         self._floor = floor
         self._placeholders = placeholders
-        self._options: list[str] = []
+        self._ops: list[dict[str, str]] = []
         self._missing: set[str] = set()
         self._pinned: set[str] = set()
         self.fds: list[int] = []
@@ -101,16 +122,24 @@ class Sandbox:
     def command(self, policy: Policy, spec: SpawnSpec, program: str) -> list[str]:
         try:
             resolved = self._resolve(policy)
-            self._mounts(resolved)
-            self._namespaces(resolved)
-            self._options += ["--chdir", spec.cwd, "--clearenv"]
+            root = self._mounts(resolved)
+            options = ["--bind", _stage.STAGED, "/", "--dev", "/dev", "--proc", "/proc"]
+            for knob in PROC_READ_ONLY:
+                options += ["--ro-bind-try", knob, knob]
+            options += NAMESPACES
+            if not resolved.network:
+                options.append("--unshare-net")
+            options += ["--seccomp", str(self._memfd(_seccomp.program(resolved.network)))]
+            options += ["--chdir", spec.cwd, "--clearenv"]
             for name, value in spec.env:
-                self._options += ["--setenv", name, value]
-            args = self._memfd(self._options)
+                options += ["--setenv", name, value]
+            args = self._memfd(b"".join(os.fsencode(option) + b"\0" for option in options))
+            plan: dict[str, Any] = {"root": root, "userns": os.geteuid() != 0, "ops": self._ops}
+            staged = self._memfd(json.dumps(plan).encode())
         except BaseException:
             self.close()
             raise
-        argv = [self._bwrap, "--args", str(args), "--"]
+        argv = [*STAGE, str(staged), self._bwrap, "--args", str(args), "--"]
         if spec.arg0 is not None:  # bwrap cannot rename argv[0]; bash's exec -a can
             return argv + ["/bin/bash", "-c", 'exec -a "$0" "$@"', spec.arg0, program,
                            *spec.argv[1:]]
@@ -146,17 +175,8 @@ class Sandbox:
             rules += [PathRule(path=os.path.realpath(m), access="none") for m in matches]
         return Policy.of(rules, policy.network).narrow(self._floor)
 
-    def _mounts(self, policy: Policy) -> None:
-        root = policy.rules[0]
-        if root.access != "none":
-            self._bind(root.access, "/")
-        self._options += ["--dev", "/dev", "--proc", "/proc"]
-        for knob in PROC_READ_ONLY:
-            self._options += ["--ro-bind-try", knob, knob]
-        private = tuple(p for p in PRIVATE if policy.can_read(p) and not policy.can_write(p)
-                        and not os.path.islink(p))
-        for place in private:
-            self._options += ["--tmpfs", place]
+    def _mounts(self, policy: Policy) -> str:
+        """The stage's operations for ``policy``; returns the root's access."""
         index = policy.index()
         for rule in policy.rules[1:]:
             parent = _parent(index, rule.path)
@@ -167,14 +187,13 @@ class Sandbox:
                     self._pin_between(parent.path, rule.path)
                     self._placeholder(rule.path)
                 continue  # else nothing there to hide, and nothing can be made there
-            if rule.access == "read" and _beneath(rule.path, private) and parent.access != "write":
-                continue  # a read-only view of the host's there would show its sockets again
+            if rule.access == parent.access:
+                continue  # the parent's mount already shows it so
             if rule.access != "write" and parent.access == "write":
                 self._pin_between(parent.path, rule.path)
             self._bind(rule.access, rule.path)
         self._count_uses([rule.path for rule in policy.rules])
-        for place in private:  # read-only once the mount points beneath are made
-            self._options += ["--remount-ro", place]
+        return policy.rules[0].access
 
     def _pin_between(self, top: str, path: str) -> None:
         """Bind every directory strictly between a writable ``top`` and a protected ``path``
@@ -189,17 +208,17 @@ class Sandbox:
         for directory in reversed(between):
             if directory not in self._pinned and os.path.isdir(directory):
                 self._pinned.add(directory)
-                self._bind("write", directory)
+                self._ops.append({"op": "pin", "path": directory})
 
     def _placeholder(self, path: str) -> None:
         """An empty read-only directory where a protected path is missing, so that the sandbox
         cannot create it (a `.codex` or `.git` planted in a writable root would be trusted by
-        the next command). bwrap makes the mount point, and any missing parent, on the host."""
+        the next command). The stage makes it, and any missing parent, on the host."""
         missing = path
         while not os.path.lexists(missing):
             self._placeholders[missing] += 0  # known from now on; counted in _count_uses
             missing = os.path.dirname(missing)
-        self._options += ["--tmpfs", path, "--remount-ro", path]
+        self._ops.append({"op": "placeholder", "path": path})
 
     def _count_uses(self, paths: list[str]) -> None:
         """Every placeholder this sandbox mounts on or beneath is in use until its finalize,
@@ -211,40 +230,13 @@ class Sandbox:
 
     def _bind(self, access: str, path: str) -> None:
         if access == "none":
-            if os.path.isdir(path):
-                self._options += ["--tmpfs", path, "--remount-ro", path]
-            else:
-                self._options += ["--ro-bind", "/dev/null", path]
-            return
-        fd = self._open(path)
-        if fd is None:
-            return
-        kind = "--bind-fd" if access == "write" else "--ro-bind-fd"
-        self._options += [kind, str(fd), path]
+            self._ops.append({"op": "cover", "path": path})
+        else:
+            self._ops.append({"op": "bind", "path": path, "access": access})
 
-    def _open(self, path: str) -> int | None:
-        """An O_PATH descriptor for ``path`` that still names ``path`` (so no symlink was
-        swapped in since it was resolved); None if it vanished."""
-        try:
-            fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-                return None
-            raise
+    def _memfd(self, data: bytes) -> int:
+        fd = os.memfd_create("execproto-sandbox")  # close-on-exec; the spawn passes it on
         self.fds.append(fd)
-        if os.readlink(f"/proc/self/fd/{fd}") != path or stat.S_ISLNK(os.fstat(fd).st_mode):
-            raise OSError(errno.ELOOP, f"{path} changed while the sandbox was set up")
-        return fd
-
-    def _namespaces(self, policy: Policy) -> None:
-        self._options += NAMESPACES
-        if not policy.network:
-            self._options.append("--unshare-net")
-
-    def _memfd(self, options: list[str]) -> int:
-        fd = os.memfd_create("bwrap-args")  # close-on-exec; the spawn passes it on
-        self.fds.append(fd)
-        data = b"".join(os.fsencode(option) + b"\0" for option in options)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]

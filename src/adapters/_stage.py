@@ -1,0 +1,288 @@
+"""The sandbox's file system, built by descriptor before bubblewrap runs.
+
+Run as ``python -I -S _stage.py PLAN_FD BWRAP ARGS...``: it reads the plan (JSON, from a
+memfd the server wrote), builds the sandbox's root in a private mount namespace of its own,
+joins a fresh session keyring, and execs bubblewrap, which takes that root whole
+(``--bind STAGED /``) and adds only its own ``/dev`` and ``/proc``.
+
+Why not let bubblewrap make the mounts: it finds each mount point by path, creating a missing
+one with ``creat`` (O_TRUNC, following symlinks) or ``mkdir``, while the host's root is still
+reachable and it holds every capability. A sandboxed command that swaps a name in a writable
+place between a file and a symlink to ``/oldroot/victim`` has the victim truncated, as root.
+Here every path is resolved with RESOLVE_NO_SYMLINKS beneath a descriptor (`openat2`), every
+mount is attached to the descriptor that resolution gave (`move_mount`), and every mount point
+is made with ``mkdirat`` or ``O_CREAT|O_EXCL`` relative to its parent's descriptor: nothing is
+ever created, truncated or mounted through a symlink, whatever is swapped meanwhile. A name
+that became a symlink since the server looked fails the start ("changed while the sandbox was
+set up"); one that vanished is skipped (nothing there to hide or to show).
+
+The plan, in order (shallow first, as the server sorted it):
+    {"root": "read" | "write" | "none", "at": DIR, "userns": bool,
+     "ops": [{"op": "bind", "path": P, "access": "read" | "write"},  # the host's P at P
+             {"op": "cover", "path": P},        # an empty read-only tmpfs or /dev/null on P
+             {"op": "pin", "path": P},          # P bound onto itself: it cannot be renamed
+             {"op": "placeholder", "path": P}]} # P made (as an empty directory) and covered
+A ``none`` root is an empty tmpfs in which the mount points are made, read-only at the end.
+
+Only the standard library, and nothing imported from execproto: this runs once per start, so
+it must start fast, and it runs with the server's privileges, so it trusts only its plan.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import platform
+import stat
+import sys
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.syscall.restype = ctypes.c_long
+
+# The new mount API and openat2 have one number on every architecture.
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT = 428, 429, 430, 431, 432
+SYS_OPENAT2, SYS_MOUNT_SETATTR = 437, 442
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+
+CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
+MS_REC, MS_PRIVATE = 0x4000, 1 << 18
+AT_FDCWD = -100
+AT_EMPTY_PATH, AT_RECURSIVE = 0x1000, 0x8000
+OPEN_TREE_CLONE = 1
+MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
+FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
+RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x2, 0x4, 0x8
+KEYCTL_JOIN_SESSION_KEYRING = 1
+# Where the staged root is attached in the private namespace for bubblewrap to bind: a
+# directory every system has, covered only in this namespace, beneath which no rule is ever
+# mounted or read from (the sandbox's /dev is bubblewrap's own), so that no lookup of a
+# source on the host passes through the staged tree.
+STAGED = "/dev/shm"
+
+
+class Changed(Exception):
+    """A path is not what the server saw: the start fails rather than mount through it."""
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+    return result
+
+
+def _syscall(number: int, what: str, *args: object) -> int:
+    return _check(_LIBC.syscall(ctypes.c_long(number), *args), what)
+
+
+def openat2(dirfd: int, path: str, flags: int = os.O_PATH) -> int:
+    """``path`` beneath ``dirfd``, through no symlink at all (ELOOP if one is met)."""
+    how = _OpenHow(flags | os.O_CLOEXEC, 0,
+                   RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_BENEATH)
+    return _syscall(SYS_OPENAT2, f"open {path}", ctypes.c_int(dirfd), os.fsencode(path or "."),
+                    ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+
+
+def clone_tree(fd: int) -> int:
+    return _syscall(SYS_OPEN_TREE, "clone", ctypes.c_int(fd), b"",
+                    ctypes.c_uint(OPEN_TREE_CLONE | os.O_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE))
+
+
+def set_attr(fd: int, attr: int, recursive: bool = True) -> None:
+    flags = AT_EMPTY_PATH | (AT_RECURSIVE if recursive else 0)
+    spec = _MountAttr(attr, 0, 0, 0)
+    _syscall(SYS_MOUNT_SETATTR, "mount_setattr", ctypes.c_int(fd), b"", ctypes.c_uint(flags),
+             ctypes.byref(spec), ctypes.c_size_t(ctypes.sizeof(spec)))
+
+
+def attach(tree: int, target: int) -> None:
+    """Mount ``tree`` on exactly the object ``target`` names (no lookup by path)."""
+    _syscall(SYS_MOVE_MOUNT, "mount", ctypes.c_int(tree), b"", ctypes.c_int(target), b"",
+             ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH))
+
+
+def tmpfs(read_only: bool, mode: str = "0755") -> int:
+    fs = _syscall(SYS_FSOPEN, "tmpfs", b"tmpfs", ctypes.c_uint(1))
+    try:
+        for key, value in ((b"mode", mode.encode()), (b"size", b"1m")):
+            _syscall(SYS_FSCONFIG, "tmpfs", ctypes.c_int(fs), ctypes.c_uint(FSCONFIG_SET_STRING),
+                     key, value, ctypes.c_int(0))
+        _syscall(SYS_FSCONFIG, "tmpfs", ctypes.c_int(fs), ctypes.c_uint(FSCONFIG_CMD_CREATE),
+                 None, None, ctypes.c_int(0))
+        attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_RDONLY if read_only else 0)
+        return _syscall(SYS_FSMOUNT, "tmpfs", ctypes.c_int(fs), ctypes.c_uint(1),
+                        ctypes.c_uint(attrs))
+    finally:
+        os.close(fs)
+
+
+class Stage:
+    """The sandbox's root being built, attached at `STAGED`."""
+
+    def __init__(self, root: str) -> None:
+        self.host = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.made_root = root == "none"  # our own tmpfs: mount points may be made anywhere
+        if self.made_root:
+            tree = tmpfs(read_only=False)
+        else:
+            tree = clone_tree(self.host)
+            if root == "read":
+                set_attr(tree, MOUNT_ATTR_RDONLY)
+        at = os.open(STAGED, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        attach(tree, at)
+        self.root = tree  # the attached tree's root: every destination is resolved beneath it
+
+    def bind(self, path: str, access: str) -> None:
+        try:
+            source = openat2(self.host, path.lstrip("/"))
+        except OSError as exc:
+            self._missing_or_changed(exc, path)
+            return
+        is_dir = stat.S_ISDIR(os.fstat(source).st_mode)
+        target = self._target(path, is_dir)
+        if target is None:
+            return
+        tree = clone_tree(source)
+        if access == "read":
+            set_attr(tree, MOUNT_ATTR_RDONLY)
+        attach(tree, target)
+
+    def cover(self, path: str) -> None:
+        target = self._target(path, None)
+        if target is None:
+            return
+        if stat.S_ISDIR(os.fstat(target).st_mode):
+            attach(tmpfs(read_only=True, mode="0555"), target)
+            return
+        null = clone_tree(openat2(self.host, "dev/null"))
+        set_attr(null, MOUNT_ATTR_RDONLY)
+        attach(null, target)
+
+    def pin(self, path: str) -> None:
+        target = self._target(path, True)
+        if target is not None:
+            attach(clone_tree(target), target)
+
+    def placeholder(self, path: str) -> None:
+        target = self._make(path, is_dir=True)
+        attach(tmpfs(read_only=True, mode="0555"), target)
+
+    def finish(self) -> None:
+        if self.made_root:
+            for own in ("dev", "proc"):  # bubblewrap mounts its own there
+                self._make("/" + own, is_dir=True)
+            set_attr(self.root, MOUNT_ATTR_RDONLY, recursive=False)
+
+    def _target(self, path: str, is_dir: bool | None) -> int | None:
+        """The staged ``path`` (made first in our own tmpfs), None if it vanished."""
+        if self.made_root:
+            return self._make(path, bool(is_dir))
+        try:
+            target = openat2(self.root, path.lstrip("/"))
+        except OSError as exc:
+            self._missing_or_changed(exc, path)
+            return None
+        if is_dir is not None and stat.S_ISDIR(os.fstat(target).st_mode) != is_dir:
+            raise Changed(f"{path} changed while the sandbox was set up")
+        return target
+
+    def _make(self, path: str, is_dir: bool) -> int:
+        """``path`` beneath the staged root, each missing piece made relative to its parent's
+        descriptor: a directory with mkdirat, a file with O_CREAT|O_EXCL (neither follows or
+        truncates anything); a symlink on the way is refused."""
+        parts = [part for part in path.split("/") if part]
+        here = self.root
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            try:
+                here = openat2(here, part)
+                continue
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise Changed(f"{path} changed while the sandbox was set up") from None
+            if is_dir or not last:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=here)
+                except FileExistsError:
+                    pass  # made meanwhile: opened below, through no symlink
+            else:
+                flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                try:
+                    os.close(os.open(part, flags, 0o444, dir_fd=here))
+                except FileExistsError:
+                    pass
+            here = openat2(here, part)
+        if stat.S_ISDIR(os.fstat(here).st_mode) != is_dir:
+            raise Changed(f"{path} changed while the sandbox was set up")
+        return here
+
+    @staticmethod
+    def _missing_or_changed(exc: OSError, path: str) -> None:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return  # vanished: nothing there to show or to hide
+        if exc.errno in (errno.ELOOP, errno.EXDEV):
+            raise Changed(f"{path} changed while the sandbox was set up") from None
+        raise exc
+
+
+def _namespace(userns: bool) -> None:
+    """A private mount namespace (in a user namespace of our own when not root)."""
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_LIBC.unshare(CLONE_NEWNS | (CLONE_NEWUSER if userns else 0)), "unshare")
+    if userns:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as file:
+                file.write(text)
+    _check(_LIBC.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None), "private")
+
+
+def _fresh_keyring() -> None:
+    """A new, empty session keyring: the server's keys stay out of reach."""
+    if SYS_KEYCTL is not None:
+        _syscall(SYS_KEYCTL, "keyring", ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING), None)
+
+
+OPS = {"bind": lambda stage, op: stage.bind(op["path"], op["access"]),
+       "cover": lambda stage, op: stage.cover(op["path"]),
+       "pin": lambda stage, op: stage.pin(op["path"]),
+       "placeholder": lambda stage, op: stage.placeholder(op["path"])}
+
+
+def build(plan: dict[str, object]) -> None:
+    _namespace(bool(plan["userns"]))
+    stage = Stage(str(plan["root"]))
+    for op in plan["ops"]:  # type: ignore[attr-defined]
+        OPS[op["op"]](stage, op)
+    stage.finish()
+    _fresh_keyring()
+
+
+def main() -> None:
+    plan_fd, command = int(sys.argv[1]), sys.argv[2:]
+    with os.fdopen(plan_fd, "rb") as file:
+        plan = json.load(file)
+    try:
+        build(plan)
+    except (OSError, Changed) as exc:
+        sys.stderr.write(f"execproto sandbox: {exc}\n")
+        sys.exit(1)
+    os.chdir("/")
+    os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    main()

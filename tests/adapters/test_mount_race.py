@@ -1,0 +1,49 @@
+"""The rotating-symlink attack on the sandbox's mount points (see `mount_race`), bounded in time.
+
+Each mode runs for a few seconds: long enough that bubblewrap making its own mount points lost
+the victim in well under a second on this machine, short enough for `make test`;
+`bench/mount_race.py` runs the same attack for longer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from .conftest import Server
+from .mount_race import Arena, attack, attacker_profile, codex_profile, floor_profile
+from .sandboxes import IS_ROOT, needs_bwrap
+
+pytestmark = [needs_bwrap,
+              pytest.mark.skipif(not IS_ROOT, reason="the victim is a root-owned file")]
+
+SECONDS = 4.0
+
+
+@pytest.fixture
+def arena() -> Iterator[Arena]:
+    made = Arena()
+    yield made
+    made.remove()
+
+
+def test_the_operator_floor_holds_against_the_rotating_symlink(arena: Arena) -> None:
+    server = Server("asyncio", "--sandbox", "bwrap", "--writable-root", str(arena.workspace))
+    try:
+        counts = attack(server, arena, floor_profile(arena), None, SECONDS)
+    finally:
+        log = server.stop()
+    assert arena.intact(), (counts, log)
+    assert counts["swaps"] > 1000 and counts["ran"] >= 10, counts  # the race was run
+
+
+def test_a_codex_profile_with_a_deny_glob_holds_against_the_rotating_symlink(
+        arena: Arena) -> None:
+    server = Server("asyncio")
+    try:
+        counts = attack(server, arena, codex_profile(arena), attacker_profile(arena), SECONDS)
+    finally:
+        log = server.stop()
+    assert arena.intact(), (counts, log)
+    assert counts["swaps"] > 1000 and counts["ran"] >= 10, counts

@@ -55,6 +55,9 @@ STAGE = (_interpreter(), "-I", "-S", _stage.__file__)
 OWN = ("/proc", "/dev")
 # Kernel knobs in a fresh /proc that would change the host, kept read-only.
 PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+# Files in a fresh /proc that list the host's keys (every key the user may view, the server's
+# included, whatever the keyring): covered, as keyctl is filtered.
+PROC_HIDDEN = ("/proc/keys", "/proc/key-users")
 
 
 # Its own user namespace (root inside is root outside, but keyrings and per-user limits are
@@ -126,6 +129,8 @@ class Sandbox:
             options = ["--bind", _stage.STAGED, "/", "--dev", "/dev", "--proc", "/proc"]
             for knob in PROC_READ_ONLY:
                 options += ["--ro-bind-try", knob, knob]
+            for listing in PROC_HIDDEN:  # an empty file (a device would be nodev here)
+                options += ["--ro-bind-data", str(self._memfd(b"")), listing]
             options += NAMESPACES
             if not resolved.network:
                 options.append("--unshare-net")

@@ -173,8 +173,12 @@ def _serve(args: argparse.Namespace) -> int:
     except Exception as exc:  # anything the backend says about why it cannot start
         log.debug("the backend could not be made", exc_info=True)
         raise UsageError(str(exc)) from None
+    # What the server reads or writes for itself is nothing a sandbox may read.
+    secrets = tuple(os.path.realpath(path) for path in (args.auth_token_file, args.trace)
+                    if path is not None)
     config = Config(
         floor=getattr(backend, "floor", None),
+        secrets=secrets,
         session_ttl=args.session_ttl,
         retention_bytes=args.retention_bytes,
         kill_grace=args.kill_grace,

@@ -45,6 +45,9 @@ class Config:
     send_timeout: float = 60.0
     # The operator's sandbox, the floor every client request is narrowed by (None: none).
     floor: Policy | None = None
+    # The server's own files (its token file, its trace): denied in every sandbox, to its
+    # processes and to fs calls that carry one, whatever the policy grants.
+    secrets: tuple[str, ...] = ()
     # The `sandboxType` a sandboxed process reports: the wire name of what enforces policies
     # here ("linuxSeccomp" for bubblewrap, which is what the client knows it by), or "none"
     # when nothing can, and then a request for a sandbox is refused.

@@ -106,6 +106,13 @@ class Policy:
         return Policy(rules=_sorted(rules), network=self.network and other.network,
                       deny_globs=globs)
 
+    def hiding(self, paths: Iterable[str]) -> Policy:
+        """This policy with each of ``paths`` denied (files: nothing lies beneath them)."""
+        hidden = [PathRule(path=path, access="none") for path in paths]
+        if not hidden:
+            return self
+        return Policy.of([*self.rules, *hidden], self.network, self.deny_globs)
+
     def writable_roots(self) -> tuple[str, ...]:
         return tuple(rule.path for rule in self.rules if rule.access == "write")
 
@@ -121,9 +128,10 @@ def deepest(index: dict[str, PathRule], path: str) -> PathRule:
     return index[path]
 
 
-def narrow(floor: Policy | None, request: Policy | None) -> Policy | None:
+def narrow(floor: Policy | None, request: Policy | None,
+           secrets: Iterable[str] = ()) -> Policy | None:
     """The policy that applies when the operator's ``floor`` meets a client's ``request``
-    (``None`` on either side: that side restricts nothing)."""
-    if floor is None:
-        return request
-    return floor.narrow(request)
+    (``None`` on either side: that side restricts nothing), with the server's ``secrets``
+    denied in it."""
+    effective = request if floor is None else floor.narrow(request)
+    return None if effective is None else effective.hiding(secrets)

@@ -16,6 +16,7 @@ from typing import Any
 from . import _fs_params
 from ._errors import LocalProtocolError
 from ._jsonrpc import Id, encode_notification
+from ._policy import narrow
 from ._services import ServiceHandlers, _Op
 from ._session import Connection, Session
 from .actions import FsRequest, Send, Unwatch, WatchMissing
@@ -50,7 +51,8 @@ class WatchHandlers(ServiceHandlers):
         self._ops[op] = _Op(c.conn, msg_id, request)
         c.ops.add(op)
         self._emit(WatchMissing(op=op, watch=watch, missing=params["missing"],
-                                present=params["present"], sandbox=self.config.floor))
+                                present=params["present"],
+                                sandbox=narrow(self.config.floor, None, self.config.secrets)))
 
     def _on_missing_changed(self, event: MissingChanged) -> None:
         if not 0 < event.watch < self._next_watch:

@@ -47,7 +47,7 @@ class Config:
     floor: Policy | None = None
     # The server's own files (its token file, its trace): denied in every sandbox, to its
     # processes and to fs calls that carry one, whatever the policy grants.
-    secrets: tuple[str, ...] = ()
+    secrets: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # a list from a trace
     # The `sandboxType` a sandboxed process reports: the wire name of what enforces policies
     # here ("linuxSeccomp" for bubblewrap, which is what the client knows it by), or "none"
     # when nothing can, and then a request for a sandbox is refused.

@@ -18,10 +18,12 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -287,6 +289,19 @@ def read_only(run: Run) -> dict[str, Any]:
     return {**run.facts(model), "written": (run.workdir / "denied.txt").exists()}
 
 
+def read_only_under_tmp(run: Run) -> dict[str, Any]:
+    """Codex's default mode with the workspace under /tmp (a CI checkout, a throwaway clone)."""
+    run.workdir = Path(tempfile.mkdtemp(prefix="execproto-codex-ro-", dir="/tmp"))
+    try:
+        (run.workdir / "notes.txt").write_text("hello from the workspace\n")
+        model = run.codex([[shell("read", "cat notes.txt && ls /tmp > /dev/null && echo read")],
+                           [shell("write", "echo x > denied.txt")], [say("done")]],
+                          sandbox="read-only")
+        return {**run.facts(model), "written": (run.workdir / "denied.txt").exists()}
+    finally:
+        shutil.rmtree(run.workdir, ignore_errors=True)
+
+
 def workspace_write(run: Run) -> dict[str, Any]:
     outside = run.root / "outside"  # neither in the workdir nor under /tmp, both writable
     outside.mkdir()
@@ -310,7 +325,7 @@ def workspace_write(run: Run) -> dict[str, Any]:
 SCENARIOS: dict[str, Callable[[Run], dict[str, Any]]] = {
     f.__name__: f for f in [shell_exit_code, apply_patch, terminal_stdin, repository_skill,
                             resumed_connection, stdio_transport, bearer_token, wrong_token,
-                            read_only, workspace_write]
+                            read_only, read_only_under_tmp, workspace_write]
 }
 
 

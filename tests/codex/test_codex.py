@@ -206,3 +206,13 @@ def test_workspace_write_denies_the_network(runs: Runs, server: str) -> None:
     out = found["outputs"]["network"]
     assert "Process exited with code" in out and "connected" not in out, out
     assert not found["accepted"], "the sandboxed command reached a listener on 127.0.0.1"
+
+
+def test_read_only_reads_a_workspace_under_tmp(runs: Runs, server: str) -> None:
+    """Codex's default mode, the workspace under /tmp: the command reads it and /tmp, and its
+    write is denied, as under the reference."""
+    found = facts(runs, server, "read_only_under_tmp", 3)
+    read, write = found["outputs"]["read"], found["outputs"]["write"]
+    assert ran(read, 0) and "hello from the workspace" in read and "read" in read, read
+    assert "Process exited with code" in write and not ran(write, 0), write
+    assert not found["written"]

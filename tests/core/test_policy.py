@@ -86,3 +86,17 @@ def test_narrowing_is_the_lesser_access_at_every_path(a: Policy, b: Policy, path
     assert both.access(path) == expected
     assert both.access(path) == b.narrow(a).access(path)
     assert both.network == (a.network and b.network)
+
+
+def test_the_servers_secrets_are_denied_in_every_effective_policy() -> None:
+    asked = Policy.of([PathRule(path="/", access="write")], network=True)
+    floor = Policy.of([PathRule(path="/", access="read")], network=False)
+    secrets = ["/etc/execproto/token", "/var/log/trace.jsonl"]
+    for effective in (narrow(None, asked, secrets), narrow(floor, asked, secrets),
+                      narrow(floor, None, secrets)):
+        assert effective is not None
+        assert not any(effective.can_read(path) for path in secrets)
+        assert effective.can_read("/etc/execproto/other")
+    # No sandbox at all stays none: an unsandboxed process is not confined by secrets.
+    assert narrow(None, None, secrets) is None
+    assert narrow(None, asked, ()) is asked

@@ -131,7 +131,7 @@ def test_recorder_writes_a_header_then_one_line_per_call() -> None:
     assert header == {
         "format": FORMAT,
         "version": VERSION,
-        "config": attrs.asdict(config),
+        "config": json.loads(json.dumps(attrs.asdict(config))),  # tuples as lists
         "host": {"environment_info": {"cwd": "file:///"}, "env": {"A": "1"},
                  "descriptor_limit": None},
     }

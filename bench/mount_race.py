@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.adapters.conftest import Server  # noqa: E402
 from tests.adapters.mount_race import (  # noqa: E402
+    QUIET,
     Arena,
     attack,
     attacker_profile,
@@ -42,11 +43,11 @@ def main() -> int:
         arena = Arena()
         try:
             if mode == "floor":
-                server = Server("asyncio", "--sandbox", "bwrap", "--writable-root",
+                server = Server("asyncio", *QUIET, "--sandbox", "bwrap", "--writable-root",
                                 str(arena.workspace))
                 victim, attacker = floor_profile(arena), None
             else:
-                server = Server("asyncio")
+                server = Server("asyncio", *QUIET)
                 victim, attacker = codex_profile(arena), attacker_profile(arena)
             try:
                 counts = attack(server, arena, victim, attacker, args.seconds)

@@ -112,8 +112,11 @@ class Sandbox:
     backend to count down at its finalize.
     """
 
-    def __init__(self, bwrap: str, floor: Policy | None, placeholders: Counter[str]) -> None:
+    def __init__(self, bwrap: str, floor: Policy | None, placeholders: Counter[str],
+                 pasta: str | None = None) -> None:
         self._bwrap = bwrap
+        # The network of a sandbox that may use it: its own through pasta (None: the host's).
+        self._pasta = pasta
         self._floor = floor
         self._placeholders = placeholders
         self._ops: list[dict[str, str]] = []
@@ -139,7 +142,9 @@ class Sandbox:
             for name, value in spec.env:
                 options += ["--setenv", name, value]
             args = self._memfd(b"".join(os.fsencode(option) + b"\0" for option in options))
-            plan: dict[str, Any] = {"root": root, "userns": os.geteuid() != 0, "ops": self._ops}
+            pasta = self._pasta if resolved.network else None
+            plan: dict[str, Any] = {"root": root, "userns": os.geteuid() != 0, "ops": self._ops,
+                                    "pasta": pasta}
             staged = self._memfd(json.dumps(plan).encode())
         except BaseException:
             self.close()

@@ -59,6 +59,8 @@ class Backend(Protocol):
 # The `sandboxType` values the Codex client can read; anything else fails its whole call.
 SANDBOX_TYPES = ("none", "macosSeatbelt", "linuxSeccomp", "windowsRestrictedToken", "windowsMxc")
 CANNOT_ENFORCE = "sandbox intent cannot be enforced on this executor"
+NO_PASTA = ("the network cannot be given apart from the host's: pasta (Debian's passt) is not "
+            "installed, or cannot open /dev/net/tun")
 
 
 class LocalBackend:
@@ -66,18 +68,38 @@ class LocalBackend:
 
     ``bwrap`` is the bubblewrap to use (found on PATH and probed by default; None: no sandbox
     can be enforced, and the core refuses requests for one). ``floor`` is the operator's policy,
-    applied again to each request's rules once their symlinks are resolved.
+    applied again to each request's rules once their symlinks are resolved. A sandbox allowed
+    the network gets a network namespace of its own through ``pasta`` (passt's, found on PATH
+    by default; None: such a sandbox is refused), not the host's loopback, unless
+    ``host_network`` shares the host's network with it.
     """
 
-    def __init__(self, floor: Policy | None = None, bwrap: str | None = "") -> None:
+    def __init__(self, floor: Policy | None = None, bwrap: str | None = "",
+                 host_network: bool = False, pasta: str | None = "") -> None:
+        # Why no sandbox can be enforced here, for the operator (None: one can).
+        self.problem: str | None = None
         if bwrap == "":
             found = shutil.which("bwrap")
-            bwrap = found if found is not None and _bwrap.problem(found) is None else None
+            self.problem = ("bubblewrap (bwrap) is not installed" if found is None
+                            else _bwrap.problem(found))
+            bwrap = found if self.problem is None else None
         self._bwrap = bwrap
+        self._pasta = _usable_pasta() if pasta == "" else pasta
+        self._host_network = host_network
         self.floor = floor
         self.sandbox_type = "linuxSeccomp" if bwrap is not None else "none"
         # Placeholder directories bwrap made on the host, by how many live sandboxes use them.
         self._placeholders: Counter[str] = Counter()
+
+    def warnings(self) -> list[str]:
+        """What the operator should hear at start-up about what cannot be enforced here."""
+        if self._bwrap is None:
+            return [f"no sandbox can be enforced here ({self.problem}): requests for one are "
+                    "refused"]
+        if self._pasta is None and not self._host_network:
+            return [f"{NO_PASTA}: a sandbox that asks for the network is refused "
+                    "(or give --host-network)"]
+        return []
 
     def prepare(self, request: SpawnSpec) -> ExecSpec:
         if request.sandbox is None:
@@ -85,8 +107,11 @@ class LocalBackend:
                             arg0=request.arg0)
         if self._bwrap is None:
             raise Refused(CANNOT_ENFORCE)
+        if request.sandbox.network and not self._host_network and self._pasta is None:
+            raise Refused(f"{CANNOT_ENFORCE}: {NO_PASTA}")
         program = self._visible_program(request)
-        sandbox = _bwrap.Sandbox(self._bwrap, self.floor, self._placeholders)
+        sandbox = _bwrap.Sandbox(self._bwrap, self.floor, self._placeholders,
+                                 pasta=None if self._host_network else self._pasta)
         try:
             argv = sandbox.command(request.sandbox, request, program)
         except _bwrap.CannotEnforce as exc:
@@ -129,7 +154,21 @@ class LocalBackend:
             _posix.remove_empty_directory(path)
 
 
-def bwrap_sandbox(writable_roots: Sequence[str] = (), allow_network: bool = False) -> LocalBackend:
+def _usable_pasta() -> str | None:
+    """pasta, where it can give a namespace its network: it needs the tun device (which some
+    machines keep to root)."""
+    pasta = shutil.which("pasta")
+    if pasta is None:
+        return None
+    try:
+        os.close(os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC))
+    except OSError:
+        return None
+    return pasta
+
+
+def bwrap_sandbox(writable_roots: Sequence[str] = (), allow_network: bool = False,
+                  host_network: bool = False) -> LocalBackend:
     """The backend of ``--sandbox bwrap``: every process sandboxed, at most the whole
     filesystem read-only but the writable roots, and no network unless allowed."""
     bwrap = shutil.which("bwrap")
@@ -138,7 +177,8 @@ def bwrap_sandbox(writable_roots: Sequence[str] = (), allow_network: bool = Fals
     problem = _bwrap.problem(bwrap)
     if problem is not None:
         raise RuntimeError(problem)
-    return LocalBackend(floor=operator_floor(writable_roots, allow_network), bwrap=bwrap)
+    return LocalBackend(floor=operator_floor(writable_roots, allow_network), bwrap=bwrap,
+                        host_network=host_network)
 
 
 def operator_floor(writable_roots: Sequence[str], allow_network: bool) -> Policy:

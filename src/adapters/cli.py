@@ -94,6 +94,9 @@ def _parser() -> _Parser:
                        help="with --sandbox bwrap: a directory processes may write; repeatable")
     serve.add_argument("--allow-network", action="store_true",
                        help="with --sandbox bwrap: let processes use the network")
+    serve.add_argument("--host-network", action="store_true",
+                       help="a sandbox allowed the network shares the host's, its loopback "
+                            "included (default: a network of its own, through pasta)")
     serve.add_argument("--backend", metavar="MODULE:FACTORY",
                        help="a spawn backend of your own: FACTORY() returns it (MODULE may be "
                             "a file in the current directory)")
@@ -253,15 +256,20 @@ def _listen_problem(exc: BaseException) -> str | None:
 
 
 def _backend(args: argparse.Namespace) -> Backend | None:
-    if args.backend and args.sandbox != "none":
-        raise UsageError("--backend and --sandbox are alternatives: give one")
+    if args.backend and (args.sandbox != "none" or args.host_network):
+        raise UsageError("--backend and --sandbox (or --host-network) are alternatives: give one")
     if args.backend:
         return _load_backend(args.backend)
     if args.sandbox == "bwrap":
-        return backends.bwrap_sandbox(args.writable_root, allow_network=args.allow_network)
-    if args.writable_root or args.allow_network:
+        backend = backends.bwrap_sandbox(args.writable_root, allow_network=args.allow_network,
+                                         host_network=args.host_network)
+    elif args.writable_root or args.allow_network:
         raise UsageError("--writable-root and --allow-network need --sandbox bwrap")
-    return None
+    else:
+        backend = backends.LocalBackend(host_network=args.host_network)
+    for warning in backend.warnings():
+        log.warning("%s", warning)
+    return backend
 
 
 def _load_backend(spec: str) -> Backend:

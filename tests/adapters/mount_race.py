@@ -23,6 +23,10 @@ from typing import Any
 from .conftest import Server, start, uri
 from .sandboxes import path_entry, profile, workspace_write
 
+# Two log lines a start would fill the server's stderr pipe, which the harness reads only at
+# the end, within a minute of starts, and the server would wait on it.
+QUIET = ("--log-level", "warning")
+
 ROTATE = r"""
 import ctypes, os, sys, time
 libc = ctypes.CDLL(None, use_errno=True)

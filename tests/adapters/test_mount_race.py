@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from .conftest import Server
-from .mount_race import Arena, attack, attacker_profile, codex_profile, floor_profile
+from .mount_race import QUIET, Arena, attack, attacker_profile, codex_profile, floor_profile
 from .sandboxes import IS_ROOT, needs_bwrap
 
 pytestmark = [needs_bwrap,
@@ -29,7 +29,8 @@ def arena() -> Iterator[Arena]:
 
 
 def test_the_operator_floor_holds_against_the_rotating_symlink(arena: Arena) -> None:
-    server = Server("asyncio", "--sandbox", "bwrap", "--writable-root", str(arena.workspace))
+    server = Server("asyncio", *QUIET, "--sandbox", "bwrap",
+                    "--writable-root", str(arena.workspace))
     try:
         counts = attack(server, arena, floor_profile(arena), None, SECONDS)
     finally:
@@ -40,7 +41,7 @@ def test_the_operator_floor_holds_against_the_rotating_symlink(arena: Arena) -> 
 
 def test_a_codex_profile_with_a_deny_glob_holds_against_the_rotating_symlink(
         arena: Arena) -> None:
-    server = Server("asyncio")
+    server = Server("asyncio", *QUIET)
     try:
         counts = attack(server, arena, codex_profile(arena), attacker_profile(arena), SECONDS)
     finally:

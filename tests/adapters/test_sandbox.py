@@ -209,16 +209,18 @@ def test_the_hosts_loopback_is_unreachable(plain: tuple[Server, Client],
         listener.listen(8)
         port = listener.getsockname()[1]
         workspace = str(places["workspace"])
+        network = profile(workspace, [
+            {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}],
+            network="enabled")
         for client, sandbox in ((plain[1], read_only(workspace)),
                                 (plain[1], workspace_write(workspace)),
+                                (plain[1], network),  # its own network, through pasta
                                 (floored[1], None),
                                 (floored[1], read_only(workspace))):
             ran = run(client, _connect(port), sandbox)
             assert "CONNECTED" not in ran.stdout and ran.exit_code != 0, ran
-        # The control: asked for, the network is there, so the test above can fail.
-        allowed = run(plain[1], _connect(port), profile(workspace, [
-            {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}],
-            network="enabled"))
+        # The control: without a sandbox the listener is there, so the test above can fail.
+        allowed = run(plain[1], _connect(port), None)
         assert "CONNECTED" in allowed.stdout, allowed
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fnmatch
 import os
 import posixpath
 import stat
 from collections.abc import Sequence
 
 from execproto import INTERNAL_ERROR, INVALID_REQUEST, Policy, RpcError
+from execproto._globs import denies
 from execproto._policy import RANK, PathRule
 
 MAX_LINKS = 40  # as the kernel: more symlinks than this on one path is a loop (ELOOP)
@@ -160,6 +160,29 @@ def resolved_policy(policy: Policy, floor: Policy | None) -> Policy:
     return Policy.of(rules, policy.network, policy.deny_globs).narrow(floor)
 
 
+def _tree(directory: int, name: str) -> list[str]:
+    """The paths (relative to ``name``) of everything in the directory ``name``."""
+    listed = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    found: list[str] = []
+    todo = [(os.open(name, listed, dir_fd=directory), "")]
+    try:
+        while todo:
+            fd, prefix = todo.pop()
+            try:
+                with os.scandir(fd) as listing:
+                    for entry in listing:
+                        relative = posixpath.join(prefix, entry.name)
+                        found.append(relative)
+                        if entry.is_dir(follow_symlinks=False):
+                            todo.append((os.open(entry.name, listed, dir_fd=fd), relative))
+            finally:
+                os.close(fd)
+    finally:
+        for fd, _ in todo:
+            os.close(fd)
+    return found
+
+
 class Scope:
     """What one fs call may touch: inside ``roots`` (``--fs-root``, real paths; none: anywhere)
     and where ``policy`` grants (None: no sandbox). Every open goes through here."""
@@ -179,11 +202,21 @@ class Scope:
         if deep:
             below = [r.access for r in policy.rules if r.path.startswith(path.rstrip("/") + "/")]
             access = min([access, *below], key=RANK.__getitem__)
-        if policy.deny_globs:
-            prefixes = [path[:i] for i in range(1, len(path)) if path[i] == "/"] + [path]
-            if any(fnmatch.fnmatchcase(p, g) for g in policy.deny_globs for p in prefixes):
-                return "none"
+        if policy.deny_globs and denies(policy.deny_globs, path):
+            return "none"
         return access
+
+    def check_tree(self, directory: int, name: str, pairs: Sequence[tuple[str, str]]) -> None:
+        """Before a recursive remove or copy touches anything: every entry of the tree at
+        ``name`` in ``directory`` (walked by descriptor, no symlink followed) checked, under
+        each (real path of the tree, access needed) of ``pairs``. A deny pattern may match
+        anything beneath, so the call touches all of the tree or none of it."""
+        if self.policy is None or not self.policy.deny_globs:
+            return  # deeper rules are checked by `granted(deep=True)`; nothing else to find
+        for relative in _tree(directory, name):
+            for top, need in pairs:
+                where = posixpath.join(top, relative)
+                self.check(where, where, need)
 
     def allows(self, path: str, need: str) -> bool:
         inside = not self.roots or any(_beneath(path, root) for root in self.roots)

@@ -196,7 +196,7 @@ class Files:
 
     def _remove(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
         try:
-            directory, name, _ = scope.parent(p["path"], "write", deep=p["recursive"])
+            directory, name, real = scope.parent(p["path"], "write", deep=p["recursive"])
         except FileNotFoundError:
             if p["force"]:
                 return {}
@@ -206,6 +206,7 @@ class Files:
             if not stat.S_ISDIR(kind):
                 os.unlink(name, dir_fd=directory)  # a symlink itself, never what it points to
             elif p["recursive"]:
+                scope.check_tree(directory, name, [(real, "write")])
                 shutil.rmtree(name, dir_fd=directory)  # by descriptors: no symlink is followed
             else:
                 os.rmdir(name, dir_fd=directory)
@@ -229,6 +230,7 @@ class Files:
                     if target == real or target.startswith(real.rstrip("/") + "/"):
                         raise _refused(
                             "fs/copy cannot copy a directory to itself or one of its descendants")
+                    scope.check_tree(fd, ".", [(real, "read"), (target, "write")])
                     copy_tree(scope, fd, real, directory, name, target)
                 else:
                     copy_file(fd, info, directory, name, target, source)

@@ -1,19 +1,22 @@
 """Deny patterns expanded into paths, within a budget, never through a symlink.
 
 A `glob_pattern` entry (``/w/**/*.env``, ``/w/secrets/*``) names no fixed path, so it is
-expanded when a sandbox is set up. The standard library's glob is no use here: it follows
-symlinks (a sandboxed command's `a -> .` makes `**` endless, and `/proc/*/root` loops back to
-`/`), it skips dot files (so `secrets/*` would not cover `secrets/.key`), and it has no budget.
-This walk follows no symlink, matches dot files, skips the kernel's own trees, and gives up
-past a fixed number of directory entries: a pattern it cannot expand in full is refused, since
-a deny that covers part of what it names would be a lie.
+expanded when a sandbox is set up. What a pattern means is the core's (`execproto._globs`,
+which fs calls use too): this walk only finds the existing paths that meaning picks. The
+standard library's glob is no use here: it follows symlinks (a sandboxed command's `a -> .`
+makes `**` endless, and `/proc/*/root` loops back to `/`), it skips dot files (so `secrets/*`
+would not cover `secrets/.key`), and it has no budget. This walk follows no symlink, matches
+dot files, skips the kernel's own trees, and gives up past a fixed number of directory
+entries: a pattern it cannot expand in full is refused, since a deny that covers part of what
+it names would be a lie.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import stat
+
+from execproto._globs import ANY_DIRECTORIES, name_matches, parts
 
 # The kernel's own trees: a fresh /proc and /dev in every sandbox, and /sys is no place for
 # a workspace's secrets; walking them is slow and, for /proc, endless.
@@ -28,25 +31,24 @@ class TooBroad(Exception):
 
 def expand(pattern: str) -> list[str]:
     """The existing paths an absolute ``pattern`` matches (``**``: any number of directories)."""
-    parts = [part for part in pattern.split("/") if part and part != "."]
     found: list[str] = []
     visits = [0]
-    _walk("/", parts, found, visits)
+    _walk("/", list(parts(pattern)), found, visits)
     return found
 
 
-def _walk(base: str, parts: list[str], found: list[str], visits: list[int]) -> None:
-    if not parts:
+def _walk(base: str, wanted: list[str], found: list[str], visits: list[int]) -> None:
+    if not wanted:
         if len(found) >= MAX_MATCHES:
             raise TooBroad(f"it matches over {MAX_MATCHES} paths")
         found.append(base)
         return
-    head, rest = parts[0], parts[1:]
-    if head == "**":
+    head, rest = wanted[0], wanted[1:]
+    if head == ANY_DIRECTORIES:
         _walk(base, rest, found, visits)  # zero directories
         for child in _children(base, visits):
             if _is_dir(child):
-                _walk(child, parts, found, visits)  # one more, and perhaps others
+                _walk(child, wanted, found, visits)  # one more, and perhaps others
         return
     if not any(char in head for char in "*?["):
         child = os.path.join(base, head)
@@ -54,7 +56,7 @@ def _walk(base: str, parts: list[str], found: list[str], visits: list[int]) -> N
             _walk(child, rest, found, visits)
         return
     for child in _children(base, visits):
-        if fnmatch.fnmatchcase(os.path.basename(child), head) and (not rest or _is_dir(child)):
+        if name_matches(os.path.basename(child), head) and (not rest or _is_dir(child)):
             _walk(child, rest, found, visits)
 
 

@@ -185,15 +185,17 @@ def _command(spec: SpawnSpec, program: str, wrappers: list[str]) -> tuple[list[s
     return wrappers + rename, None
 
 
-def spawn(spec: SpawnSpec, pass_fds: tuple[int, ...] = ()) -> Child:
-    """Start ``spec``, handing it ``pass_fds`` (at the same numbers). Raises `SpawnError` when
-    it cannot be started."""
+def spawn(spec: SpawnSpec, pass_fds: tuple[int, ...] = (), join: tuple[str, ...] = ()) -> Child:
+    """Start ``spec``, handing it ``pass_fds`` (at the same numbers), behind the wrapper
+    ``join`` (which puts it in its cgroup, `_cgroups`) if any. Raises `SpawnError` when it
+    cannot be started."""
     env = dict(spec.env)
     if not os.path.isdir(spec.cwd):
         missing = not os.path.exists(spec.cwd)
         raise _spawn_error(OSError(errno.ENOENT if missing else errno.ENOTDIR, ""))
     program = resolve_program(spec.argv[0], env, spec.cwd)
     wrappers = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+    wrappers += list(join)
     if spec.tty:
         # `setsid --ctty` makes the terminal the session's controlling one, as a login would.
         ctty = [_SETSID, "--ctty", "--"] if _SETSID else []

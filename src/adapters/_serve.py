@@ -133,5 +133,6 @@ class Server:
 
     def finish(self) -> None:
         """After the adapter has waited for ``idle``: raise `CoreFailed` if the core's failure
-        is what stopped it."""
+        is what stopped it. Whatever the processes left running is killed first."""
+        self.driver.close()
         self.driver.raise_if_failed()

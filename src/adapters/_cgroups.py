@@ -1,0 +1,184 @@
+"""Each process in a cgroup of its own, so that nothing it starts outlives its terminate or the
+server, whatever session or process group it moved to.
+
+A process group is not enough: a command's child that calls `setsid` (or a daemon that forks
+twice) leaves it, and a SIGKILLed server signals nobody. cgroup v2 membership cannot be left
+by an unprivileged process and is inherited by every fork. So:
+
+- the server makes ``execproto-PID`` beneath its own cgroup (where the cgroup v2 hierarchy is
+  writable: root, or a delegated subtree), and one ``pN`` in it per process; the spawn's first
+  wrapper (``sh -c 'echo 0 > DIR/cgroup.procs && exec "$@"'``) moves itself there before it
+  execs the rest, so every descendant is born inside;
+- a terminate's TERM reaches every member (through a pidfd opened and then checked to be still
+  in the cgroup, so never a reused pid), and once the terminated process is finalized whatever
+  is left of its cgroup is killed (``cgroup.kill``, atomic against forks);
+- a process that ended on its own may leave children behind, as without a cgroup; its cgroup
+  is removed once empty, and everything left is killed when the server stops;
+- a watchdog (a shell in a session of its own) waits on a pipe only the server holds: when
+  the server dies, even by SIGKILL, it kills the whole tree and removes it.
+
+Where no cgroup v2 hierarchy is writable, `Tree.create` says why, and the server warns.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import time
+
+# Moves the shell into the cgroup named by $0, then execs the rest: the descendants inherit it.
+JOIN = ('echo 0 > "$0/cgroup.procs" && exec "$@"',)
+# The watchdog: waits for EOF on its stdin (the server gone), kills the tree, removes it.
+WATCHDOG = """
+cat > /dev/null
+echo 1 > "$0/cgroup.kill" 2>/dev/null
+i=0
+while [ $i -lt 50 ] && grep -q "populated 1" "$0/cgroup.events" 2>/dev/null; do
+    sleep 0.1; i=$((i + 1))
+done
+find "$0" -depth -type d -exec rmdir {} \\; 2>/dev/null
+"""
+SHELL = "/bin/sh"
+FIXED_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
+def _hierarchy() -> str | None:
+    """Where the cgroup v2 hierarchy is mounted (alone or beside v1), if anywhere."""
+    with open("/proc/self/mountinfo") as table:
+        for line in table:
+            left, _, right = line.partition(" - ")
+            if right.split(" ", 1)[0] == "cgroup2":
+                return left.split()[4]
+    return None
+
+
+def _own() -> str:
+    """This process's cgroup v2 path ("0::/path")."""
+    with open("/proc/self/cgroup") as table:
+        for line in table:
+            if line.startswith("0::"):
+                return line[3:].strip()
+    return "/"
+
+
+class Tree:
+    """The server's cgroup and its processes' ones beneath it."""
+
+    def __init__(self, mount: str, base: str) -> None:
+        self._mount = mount
+        self.base = base
+        self._lingering: set[str] = set()
+        read_end, self._alive = os.pipe()  # both close-on-exec: no process inherits them
+        try:
+            self._watchdog = subprocess.Popen(
+                [SHELL, "-c", WATCHDOG, base], stdin=read_end, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True, env=FIXED_ENV)
+        finally:
+            os.close(read_end)
+
+    @classmethod
+    def create(cls) -> tuple[Tree | None, str | None]:
+        """The tree, or None and why there can be none here."""
+        mount = _hierarchy()
+        if mount is None:
+            return None, "no cgroup v2 hierarchy is mounted"
+        if not os.path.exists(SHELL):
+            return None, f"{SHELL} is missing"
+        base = os.path.join(mount, _own().lstrip("/"), f"execproto-{os.getpid()}")
+        try:
+            os.mkdir(base)
+        except FileExistsError:
+            pass  # a pid reused after a server that left its tree: taken over
+        except OSError as exc:
+            return None, f"cannot make a cgroup in {os.path.dirname(base)}: {exc.strerror}"
+        if not os.path.exists(os.path.join(base, "cgroup.kill")):
+            return None, "the kernel has no cgroup.kill (Linux 5.14 or later is needed)"
+        return cls(mount, base), None
+
+    def make(self, proc: int) -> str:
+        path = os.path.join(self.base, f"p{proc}")
+        os.mkdir(path)
+        return path
+
+    def wrapper(self, path: str) -> tuple[str, ...]:
+        """The wrapper that puts a spawn into ``path``."""
+        return (SHELL, "-c", *JOIN, path)
+
+    def signal(self, path: str, number: int) -> None:
+        """Send ``number`` to every process in ``path``, each through a pidfd opened first and
+        then checked to be in ``path`` still: a pid that was reused meanwhile is not ours."""
+        for pid in self._members(path):
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                continue  # gone already
+            try:
+                if self._cgroup_of(pid) == path:
+                    signal.pidfd_send_signal(pidfd, number)
+            except OSError:
+                pass
+            finally:
+                os.close(pidfd)
+
+    def kill(self, path: str) -> None:
+        """Kill everything in ``path`` at once."""
+        try:
+            with open(os.path.join(path, "cgroup.kill"), "w") as control:
+                control.write("1")
+        except OSError:
+            pass  # removed already
+
+    def release(self, path: str) -> None:
+        """Remove ``path`` once it is empty; until then it lingers (retried at each release)."""
+        self._lingering.add(path)
+        for place in list(self._lingering):
+            if _remove(place):
+                self._lingering.discard(place)
+
+    def close(self) -> None:
+        """The server stops: kill what is left, remove the tree, let the watchdog go."""
+        self.kill(self.base)
+        for place in list(self._lingering):
+            _remove(place, wait=True)
+        _remove(self.base, wait=True)
+        os.close(self._alive)
+        try:
+            self._watchdog.wait(10)
+        except subprocess.TimeoutExpired:
+            self._watchdog.kill()
+            self._watchdog.wait()
+
+    def _members(self, path: str) -> list[int]:
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as procs:
+                return [int(line) for line in procs if line.strip()]
+        except OSError:
+            return []
+
+    def _cgroup_of(self, pid: int) -> str:
+        """The directory of ``pid``'s cgroup v2 ("" if it is gone)."""
+        with open(f"/proc/{pid}/cgroup") as table:
+            for line in table:
+                if line.startswith("0::"):
+                    return os.path.join(self._mount, line[3:].strip().lstrip("/"))
+        return ""
+
+
+def _remove(path: str, wait: bool = False) -> bool:
+    """rmdir ``path`` and any cgroups made beneath it, deepest first; False while populated."""
+    for _ in range(100 if wait else 1):
+        try:
+            for here, subdirs, _ in os.walk(path, topdown=False):
+                for name in subdirs:
+                    os.rmdir(os.path.join(here, name))
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or not wait:
+                return False
+        time.sleep(0.01)  # killed members take a moment to leave
+    return False

@@ -1,0 +1,112 @@
+"""Nothing a process starts outlives its terminate or its server, sandbox or not.
+
+The command leaves its process group every way a shell can: a child that calls `setsid`, and a
+grandchild that does so after its parent exited (an orphan, reparented away from the
+command's tree). After `process/terminate` and after SIGKILL of the server, none of them is
+left. Each sleeper carries a number unique to the test, so the host's other processes are never
+counted. Bounded: every wait is a poll of at most a few seconds.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from .conftest import Server, start
+from .sandboxes import BWRAP_PROBLEM, IS_ROOT, read_only, run
+
+pytestmark = pytest.mark.skipif(not IS_ROOT, reason="cgroups are made by a root server here")
+
+SANDBOXES: dict[str, Callable[[], Any]] = {"unsandboxed": lambda: None,
+                                           "sandboxed": lambda: read_only("/tmp")}
+
+
+def _tree(tag: str) -> str:
+    """A command whose descendants leave its process group; it prints `up` once all started."""
+    return (f"(setsid sleep 301.{tag} &); setsid sleep 302.{tag} & sleep 303.{tag} & "
+            f"sleep 0.2; echo up; sleep 304.{tag}")
+
+
+def _left(tag: str) -> list[str]:
+    found = subprocess.run(["pgrep", "-f", f"sleep 30[1-4][.]{tag}"], capture_output=True,
+                           text=True, timeout=10)
+    return found.stdout.split()
+
+
+def _none_left(tag: str, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while _left(tag):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _started(server: Server, sandbox: Any, tag: str) -> Any:
+    client = server.client()
+    reply = start(client, "tree", ["sh", "-c", _tree(tag)], sandbox=sandbox)
+    assert "result" in reply, reply
+    client.notification(lambda m: m["method"] == "process/output", timeout=10)
+    assert len(_left(tag)) >= 4, "the tree did not start: the test would show nothing"
+    return client
+
+
+@pytest.mark.parametrize("kind", list(SANDBOXES))
+def test_a_terminate_leaves_no_descendant(kind: str) -> None:
+    if kind == "sandboxed" and BWRAP_PROBLEM is not None:
+        pytest.skip(BWRAP_PROBLEM)
+    tag = str(random.randrange(10**6, 10**7))
+    server = Server("asyncio", "--kill-grace", "0.5")
+    try:
+        client = _started(server, SANDBOXES[kind](), tag)
+        client.call("process/terminate", {"processId": "tree"})
+        client.events_until_closed("tree")
+        assert _none_left(tag), _left(tag)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("adapter", ["asyncio", "threads"])
+@pytest.mark.parametrize("kind", list(SANDBOXES))
+def test_a_sigkilled_server_leaves_no_descendant(kind: str, adapter: str) -> None:
+    if kind == "sandboxed" and BWRAP_PROBLEM is not None:
+        pytest.skip(BWRAP_PROBLEM)
+    tag = str(random.randrange(10**6, 10**7))
+    server = Server(adapter)
+    try:
+        _started(server, SANDBOXES[kind](), tag)
+        server.process.send_signal(signal.SIGKILL)
+        server.process.wait(10)
+        assert _none_left(tag), _left(tag)
+    finally:
+        server.stop()
+
+
+def test_a_process_that_ends_on_its_own_may_leave_a_daemon_until_the_server_stops() -> None:
+    """As without cgroups: only a terminate or the server's end takes its daemons."""
+    tag = str(random.randrange(10**6, 10**7))
+    server = Server("asyncio")
+    try:
+        client = server.client()
+        ran = run(client, f"setsid sleep 301.{tag} > /dev/null 2>&1 < /dev/null & echo up", None)
+        assert ran.exit_code == 0 and len(_left(tag)) == 1, ran
+    finally:
+        server.stop()
+    assert _none_left(tag), _left(tag)
+
+
+def test_an_unsandboxed_process_still_sees_and_signals_the_host_as_before() -> None:
+    server = Server("asyncio")
+    try:
+        client = server.client()
+        ran = run(client, "sleep 100 & kill $! && wait $!; echo killed $?; "
+                          f"ps -p {server.process.pid} -o pid= | tr -d ' '", None)
+        assert ran.stdout.split() == ["killed", "143", str(server.process.pid)], ran
+    finally:
+        server.stop()

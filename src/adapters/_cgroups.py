@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import time
 
 # Moves the shell into the cgroup named by $0, then execs the rest: the descendants inherit it.
-JOIN = ('echo 0 > "$0/cgroup.procs" && exec "$@"',)
+# The shell sets PWD in the environment it passes on; the program's must be exactly the
+# client's, so PWD is put back as it was: absent, or the value given as $1.
+JOIN_UNSET_PWD = 'echo 0 > "$0/cgroup.procs" || exit 126; unset PWD; exec "$@"'
+JOIN_KEEP_PWD = 'echo 0 > "$0/cgroup.procs" || exit 126; PWD=$1; export PWD; shift; exec "$@"'
 # The watchdog: waits for EOF on its stdin (the server gone), kills the tree, removes it.
 WATCHDOG = """
 cat > /dev/null
@@ -41,6 +45,7 @@ done
 find "$0" -depth -type d -exec rmdir {} \\; 2>/dev/null
 """
 SHELL = "/bin/sh"
+SETSID = shutil.which("setsid", path="/usr/bin:/bin")
 FIXED_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
@@ -71,10 +76,12 @@ class Tree:
         self.base = base
         self._lingering: set[str] = set()
         read_end, self._alive = os.pipe()  # both close-on-exec: no process inherits them
+        # Not the server's child (`setsid --fork` leaves it to init): a host application's
+        # waits, and a count of the server's children, see nothing of it.
         try:
-            self._watchdog = subprocess.Popen(
-                [SHELL, "-c", WATCHDOG, base], stdin=read_end, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, env=FIXED_ENV)
+            subprocess.run([str(SETSID), "--fork", SHELL, "-c", WATCHDOG, base], stdin=read_end,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=FIXED_ENV,
+                           timeout=10, check=True)
         finally:
             os.close(read_end)
 
@@ -84,8 +91,8 @@ class Tree:
         mount = _hierarchy()
         if mount is None:
             return None, "no cgroup v2 hierarchy is mounted"
-        if not os.path.exists(SHELL):
-            return None, f"{SHELL} is missing"
+        if not os.path.exists(SHELL) or SETSID is None:
+            return None, f"{SHELL} or util-linux's setsid is missing"
         base = os.path.join(mount, _own().lstrip("/"), f"execproto-{os.getpid()}")
         try:
             os.mkdir(base)
@@ -97,14 +104,24 @@ class Tree:
             return None, "the kernel has no cgroup.kill (Linux 5.14 or later is needed)"
         return cls(mount, base), None
 
+    @staticmethod
+    def possible() -> bool:
+        """Whether `create` can succeed here (without making anything)."""
+        mount = _hierarchy()
+        return mount is not None and os.access(os.path.join(mount, _own().lstrip("/")),
+                                               os.W_OK)
+
     def make(self, proc: int) -> str:
         path = os.path.join(self.base, f"p{proc}")
         os.mkdir(path)
         return path
 
-    def wrapper(self, path: str) -> tuple[str, ...]:
-        """The wrapper that puts a spawn into ``path``."""
-        return (SHELL, "-c", *JOIN, path)
+    def wrapper(self, path: str, pwd: str | None) -> tuple[str, ...]:
+        """The wrapper that puts a spawn into ``path``; ``pwd``: the PWD of the environment
+        the program must get (None: none)."""
+        if pwd is None:
+            return (SHELL, "-c", JOIN_UNSET_PWD, path)
+        return (SHELL, "-c", JOIN_KEEP_PWD, path, pwd)
 
     def signal(self, path: str, number: int) -> None:
         """Send ``number`` to every process in ``path``, each through a pidfd opened first and
@@ -143,12 +160,7 @@ class Tree:
         for place in list(self._lingering):
             _remove(place, wait=True)
         _remove(self.base, wait=True)
-        os.close(self._alive)
-        try:
-            self._watchdog.wait(10)
-        except subprocess.TimeoutExpired:
-            self._watchdog.kill()
-            self._watchdog.wait()
+        os.close(self._alive)  # the watchdog finds nothing left, and ends
 
     def _members(self, path: str) -> list[int]:
         try:

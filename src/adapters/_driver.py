@@ -340,7 +340,7 @@ class Driver:
         spec = attrs.evolve(action.spec, argv=prepared.argv, env=prepared.env, cwd=prepared.cwd,
                             arg0=prepared.arg0)
         try:
-            join = self._join(action.proc)
+            join = self._join(action.proc, spec.env)
             child = _posix.spawn(spec, prepared.pass_fds, join)
         except _posix.SpawnError as exc:
             self._drop_cgroup(action.proc)
@@ -439,12 +439,12 @@ class Driver:
             else:
                 self._tree.signal(place, _posix.SIGNALS[action.signal])
 
-    def _join(self, proc: int) -> tuple[str, ...]:
+    def _join(self, proc: int, env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
         """The wrapper that puts ``proc`` in a cgroup of its own (none where there are none)."""
         if self._tree is None:
             return ()
         place = self._cgroups[proc] = self._tree.make(proc)
-        return self._tree.wrapper(place)
+        return self._tree.wrapper(place, dict(env).get("PWD"))
 
     def _drop_cgroup(self, proc: int, kill: bool = False) -> None:
         place = self._cgroups.pop(proc, None)

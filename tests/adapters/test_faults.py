@@ -11,10 +11,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from wsproto.events import TextMessage
+
+from execproto.adapters._cgroups import Tree
 
 from .conftest import Server, alive, start
 from .wsclient import Client, Closed, output_of
@@ -32,8 +34,9 @@ def test_a_process_that_closes_stdout_early_keeps_running(client: Client) -> Non
 
 
 def test_a_setsid_daemon_holding_the_pipes_is_abandoned_after_the_grace(client: Client) -> None:
-    # The daemon leaves the process group (so terminate's signals miss it) and keeps both pipes.
-    script = "setsid sh -c 'echo $$; exec sleep 60' & wait"
+    # The daemon leaves the process group (so the group's signals miss it), ignores the TERM
+    # its cgroup gets, and keeps both pipes.
+    script = "setsid sh -c 'trap \"\" TERM; echo $$; exec sleep 60' & wait"
     start(client, "d", ["sh", "-c", script])
     first = client.notification(lambda n: n["method"] == "process/output")
     daemon = int(base64.b64decode(first["params"]["chunk"]))
@@ -47,9 +50,21 @@ def test_a_setsid_daemon_holding_the_pipes_is_abandoned_after_the_grace(client: 
         assert [n["method"] for n in events][-1] == "process/closed"
         read = client.result("process/read", {"processId": "d"})
         assert read["closed"] and "abandoned" in (read["failure"] or "")
-        assert alive(daemon)  # it really did outlive its group: the pipes were held
+        if Tree.possible():  # then killed with its cgroup, once the process was finalized
+            assert _eventually(lambda: not alive(daemon))
+        else:
+            assert alive(daemon)  # it really did outlive its group: the pipes were held
     finally:
         os.kill(daemon, signal.SIGKILL)
+
+
+def _eventually(check: Callable[[], bool], wait: float = 5) -> bool:
+    deadline = time.monotonic() + wait
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 class LimitedServer:

@@ -672,3 +672,25 @@ def test_a_spawn_error_tells_nothing_about_a_hidden_path(
         (["prog"], workspace, f"{hidden}:/usr/bin:/bin"),  # there, on the PATH
     ]:
         assert error(argv, cwd, path) == absent, (argv, cwd, path)
+
+
+def test_under_the_floor_a_workspace_under_tmp_runs_and_a_hidden_cwd_is_absent(
+        floored: tuple[Server, Client]) -> None:
+    """The floor reads everything, /tmp included: a command in a workspace there runs (it was
+    bwrap's raw `Can't chdir` when /tmp was an empty tmpfs), and a cwd the client's profile
+    hides fails as an absent one does, not with a message of the sandbox's."""
+    _, client = floored
+    workspace = Path(tempfile.mkdtemp(prefix="execproto-floor-", dir="/tmp"))
+    workspace.chmod(0o777)  # so that only the sandbox stands in `nobody`'s way
+    try:
+        (workspace / "notes").write_text("here\n")
+        hidden = _open_dir(workspace / "hidden")
+        ran = run(client, "cat notes", read_only(str(workspace)), cwd=str(workspace))
+        assert ran.exit_code == 0 and ran.stdout == "here\n", ran
+        sandbox = read_only(str(workspace))
+        sandbox["permissions"]["file_system"]["entries"].append(path_entry(str(hidden), "none"))
+        replies = [start(client, f"floor-cwd-{name}", ["true"], cwd=uri(cwd), sandbox=sandbox)
+                   for name, cwd in (("hidden", hidden), ("absent", workspace / "absent"))]
+        assert "error" in replies[0] and replies[0]["error"] == replies[1]["error"], replies
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)

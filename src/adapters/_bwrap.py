@@ -22,13 +22,11 @@ test_sandbox.py and test_mount_race.py try to break each point):
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 from collections import Counter
-from typing import Any
 
 from execproto import Policy, SpawnSpec
 from execproto._policy import PathRule, deepest
@@ -51,6 +49,8 @@ def _interpreter() -> str:
 # The stage runs isolated from the environment and from site packages.
 STAGE = (_interpreter(), "-I", "-S", _stage.__file__)
 
+# bubblewrap's own root when the stage is not needed, by the root's access (none: its tmpfs).
+DIRECT_ROOT = {"read": ("--ro-bind", "/", "/"), "write": ("--bind", "/", "/"), "none": ()}
 # Always the sandbox's own, fresh in each: rules beneath these are not mounted.
 OWN = ("/proc", "/dev")
 # Kernel knobs in a fresh /proc that would change the host, kept read-only.
@@ -73,7 +73,10 @@ def problem(bwrap: str) -> str | None:
     if missing is not None:
         return missing
     sandbox = Sandbox(bwrap, None, Counter())
-    probe = sandbox.command(Policy.of([PathRule(path="/", access="read")], False),
+    # A rule below `/`, so that the stage runs too (mount_setattr needs Linux 5.12).
+    rules = [PathRule(path="/", access="read"),
+             PathRule(path=os.path.dirname(_stage.__file__), access="none")]
+    probe = sandbox.command(Policy.of(rules, False),
                             SpawnSpec(argv=("true",), arg0=None, cwd="/", env=(), tty=False,
                                       pipe_stdin=False, session_id="", process_id="probe"),
                             "true")
@@ -119,7 +122,7 @@ class Sandbox:
         self._pasta = pasta
         self._floor = floor
         self._placeholders = placeholders
-        self._ops: list[dict[str, str]] = []
+        self._ops: list[tuple[str, str, str]] = []  # (operation, path, access): see _stage
         self._missing: set[str] = set()
         self._pinned: set[str] = set()
         self.fds: list[int] = []
@@ -129,7 +132,13 @@ class Sandbox:
         try:
             resolved = self._resolve(policy)
             root = self._mounts(resolved)
-            options = ["--bind", _stage.STAGED, "/", "--dev", "/dev", "--proc", "/proc"]
+            pasta = (self._pasta if resolved.network else None) or ""
+            # Without a mount below `/` nor a network of its own, the stage has nothing to do
+            # (Codex's read-only profile): bubblewrap's only mount points are then /dev and
+            # /proc, which no sandbox can move, and keyctl is filtered and /proc/keys empty.
+            staged = bool(self._ops or pasta)
+            options = ["--bind", _stage.STAGED, "/"] if staged else list(DIRECT_ROOT[root])
+            options += ["--dev", "/dev", "--proc", "/proc"]
             for knob in PROC_READ_ONLY:
                 options += ["--ro-bind-try", knob, knob]
             for listing in PROC_HIDDEN:  # an empty file (a device would be nodev here)
@@ -142,14 +151,14 @@ class Sandbox:
             for name, value in spec.env:
                 options += ["--setenv", name, value]
             args = self._memfd(b"".join(os.fsencode(option) + b"\0" for option in options))
-            pasta = self._pasta if resolved.network else None
-            plan: dict[str, Any] = {"root": root, "userns": os.geteuid() != 0, "ops": self._ops,
-                                    "pasta": pasta}
-            staged = self._memfd(json.dumps(plan).encode())
+            argv = [self._bwrap, "--args", str(args), "--"]
+            if staged:
+                head = (root, "1" if os.geteuid() != 0 else "", pasta)
+                plan = [*head, *(field for op in self._ops for field in op)]
+                argv = [*STAGE, str(self._memfd(b"\0".join(map(os.fsencode, plan)))), *argv]
         except BaseException:
             self.close()
             raise
-        argv = [*STAGE, str(staged), self._bwrap, "--args", str(args), "--"]
         if spec.arg0 is not None:  # bwrap cannot rename argv[0]; bash's exec -a can
             return argv + ["/bin/bash", "-c", 'exec -a "$0" "$@"', spec.arg0, program,
                            *spec.argv[1:]]
@@ -218,7 +227,7 @@ class Sandbox:
         for directory in reversed(between):
             if directory not in self._pinned and os.path.isdir(directory):
                 self._pinned.add(directory)
-                self._ops.append({"op": "pin", "path": directory})
+                self._ops.append(("pin", directory, ""))
 
     def _placeholder(self, path: str) -> None:
         """An empty read-only directory where a protected path is missing, so that the sandbox
@@ -228,7 +237,7 @@ class Sandbox:
         while not os.path.lexists(missing):
             self._placeholders[missing] += 0  # known from now on; counted in _count_uses
             missing = os.path.dirname(missing)
-        self._ops.append({"op": "placeholder", "path": path})
+        self._ops.append(("placeholder", path, ""))
 
     def _count_uses(self, paths: list[str]) -> None:
         """Every placeholder this sandbox mounts on or beneath is in use until its finalize,
@@ -240,9 +249,9 @@ class Sandbox:
 
     def _bind(self, access: str, path: str) -> None:
         if access == "none":
-            self._ops.append({"op": "cover", "path": path})
+            self._ops.append(("cover", path, ""))
         else:
-            self._ops.append({"op": "bind", "path": path, "access": access})
+            self._ops.append(("bind", path, access))
 
     def _memfd(self, data: bytes) -> int:
         fd = os.memfd_create("execproto-sandbox")  # close-on-exec; the spawn passes it on

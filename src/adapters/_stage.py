@@ -24,26 +24,26 @@ is forked before any namespace is made, so that it stays in the host's network, 
 foreground, and dies with this process (a parent-death signal, kept across the exec of
 bubblewrap); the stage waits until the namespace has its default route before it goes on.
 
-The plan, in order (shallow first, as the server sorted it):
-    {"root": "read" | "write" | "none", "userns": bool, "pasta": PATH | null,
-     "ops": [{"op": "bind", "path": P, "access": "read" | "write"},  # the host's P at P
-             {"op": "cover", "path": P},        # an empty read-only tmpfs or /dev/null on P
-             {"op": "pin", "path": P},          # P bound onto itself: it cannot be renamed
-             {"op": "placeholder", "path": P}]} # P made (as an empty directory) and covered
+The plan is NUL-separated fields (paths hold no NUL): the root's access (``read``, ``write``
+or ``none``), ``1`` if a user namespace is needed (the server is not root), pasta's path or
+nothing, then the operations in order (shallow first, as the server sorted them), three fields
+each:
+    bind P read|write     the host's P at P
+    cover P -             an empty read-only tmpfs (a directory) or /dev/null on P
+    pin P -               P bound onto itself: it cannot be renamed
+    placeholder P -       P made (as an empty directory) and covered
 A ``none`` root is an empty tmpfs in which the mount points are made, read-only at the end.
 
-Only the standard library, and nothing imported from execproto: this runs once per start, so
-it must start fast, and it runs with the server's privileges, so it trusts only its plan.
+Only the standard library, and as little of it as will do (no json: its import costs as much
+as the rest of the start-up), nothing from execproto: this runs once per start, so it must
+start fast, and it runs with the server's privileges, so it trusts only its plan.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import os
-import platform
-import signal
 import stat
 import sys
 import time
@@ -54,7 +54,7 @@ _LIBC.syscall.restype = ctypes.c_long
 # The new mount API and openat2 have one number on every architecture.
 SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT = 428, 429, 430, 431, 432
 SYS_OPENAT2, SYS_MOUNT_SETATTR = 437, 442
-SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
 MS_REC, MS_PRIVATE = 0x4000, 1 << 18
@@ -68,6 +68,8 @@ RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x2, 0x4, 0x8
 KEYCTL_JOIN_SESSION_KEYRING = 1
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
+# Numbers rather than the signal module, whose import costs a tenth of the stage's start.
+SIGPIPE, SIGXFSZ, SIG_DFL = 13, 25, 0
 # How long pasta may take to give the namespace its route (it takes milliseconds).
 NETWORK_WAIT = 5.0
 # Where the staged root is attached in the private namespace for bubblewrap to bind: a
@@ -174,7 +176,7 @@ class Stage:
             set_attr(tree, MOUNT_ATTR_RDONLY)
         attach(tree, target)
 
-    def cover(self, path: str) -> None:
+    def cover(self, path: str, access: str = "") -> None:
         target = self._target(path, None)
         if target is None:
             return
@@ -185,12 +187,12 @@ class Stage:
         set_attr(null, MOUNT_ATTR_RDONLY)
         attach(null, target)
 
-    def pin(self, path: str) -> None:
+    def pin(self, path: str, access: str = "") -> None:
         target = self._target(path, True)
         if target is not None:
             attach(clone_tree(target), target)
 
-    def placeholder(self, path: str) -> None:
+    def placeholder(self, path: str, access: str = "") -> None:
         target = self._make(path, is_dir=True)
         attach(tmpfs(read_only=True, mode="0555"), target)
 
@@ -278,8 +280,8 @@ class Network:
                 if word == b"m":  # a user namespace made as root: mapped from outside it,
                     _map_ids(uid, gid, f"/proc/{stage}")  # as mapping 0 needs CAP_SETFCAP
                 os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # bwrap's memfds
-                for number in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these
-                    signal.signal(number, signal.SIG_DFL)
+                for number in (SIGPIPE, SIGXFSZ):  # Python ignores these; pasta must not
+                    _LIBC.signal(number, SIG_DFL)
                 os.execv(pasta, [pasta, "--foreground", "--quiet", "--config-net",
                                  "--runas", f"{uid}:{gid}", "-t", "none", "-u", "none",
                                  "-T", "none", "-U", "none", "--no-map-gw", str(stage)])
@@ -337,28 +339,28 @@ def _fresh_keyring() -> None:
         _syscall(SYS_KEYCTL, "keyring", ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING), None)
 
 
-OPS = {"bind": lambda stage, op: stage.bind(op["path"], op["access"]),
-       "cover": lambda stage, op: stage.cover(op["path"]),
-       "pin": lambda stage, op: stage.pin(op["path"]),
-       "placeholder": lambda stage, op: stage.placeholder(op["path"])}
+OPS = {"bind": Stage.bind, "cover": Stage.cover, "pin": Stage.pin,
+       "placeholder": Stage.placeholder}
 
 
-def build(plan: dict[str, object]) -> None:
-    network = Network(str(plan["pasta"])) if plan.get("pasta") else None
-    _namespace(bool(plan["userns"]))
-    stage = Stage(str(plan["root"]))
-    for op in plan["ops"]:  # type: ignore[attr-defined]
-        OPS[op["op"]](stage, op)
+def build(plan: list[str]) -> None:
+    root, userns, pasta, ops = plan[0], bool(plan[1]), plan[2], plan[3:]
+    network = Network(pasta) if pasta else None
+    _namespace(userns)
+    stage = Stage(root)
+    for index in range(0, len(ops), 3):
+        operation, path, access = ops[index:index + 3]
+        OPS[operation](stage, path, access)
     stage.finish()
     _fresh_keyring()
     if network is not None:
-        network.start(userns_made=bool(plan["userns"]))
+        network.start(userns_made=userns)
 
 
 def main() -> None:
     plan_fd, command = int(sys.argv[1]), sys.argv[2:]
     with os.fdopen(plan_fd, "rb") as file:
-        plan = json.load(file)
+        plan = [os.fsdecode(field) for field in file.read().split(b"\0")]
     try:
         build(plan)
     except (OSError, Changed) as exc:

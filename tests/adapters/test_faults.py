@@ -11,14 +11,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from wsproto.events import TextMessage
 
 from execproto.adapters._cgroups import Tree
 
-from .conftest import Server, alive, start
+from .conftest import Server, alive, eventually, start
 from .wsclient import Client, Closed, output_of
 
 
@@ -51,20 +51,12 @@ def test_a_setsid_daemon_holding_the_pipes_is_abandoned_after_the_grace(client: 
         read = client.result("process/read", {"processId": "d"})
         assert read["closed"] and "abandoned" in (read["failure"] or "")
         if Tree.possible():  # then killed with its cgroup, once the process was finalized
-            assert _eventually(lambda: not alive(daemon))
+            assert eventually(lambda: not alive(daemon))
         else:
             assert alive(daemon)  # it really did outlive its group: the pipes were held
     finally:
         os.kill(daemon, signal.SIGKILL)
 
-
-def _eventually(check: Callable[[], bool], wait: float = 5) -> bool:
-    deadline = time.monotonic() + wait
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 class LimitedServer:

@@ -20,12 +20,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .conftest import ADAPTERS, Server, start, uri
+from .conftest import ADAPTERS, Server, eventually, start, uri
 from .sandboxes import (
     IS_ROOT,
     needs_bwrap,
@@ -111,14 +111,6 @@ def floored(server_run: tuple[str, tuple[str, ...]],
     assert "Traceback" not in log, log
 
 
-def _eventually(check: Callable[[], bool], wait: float = 5) -> bool:
-    deadline = time.monotonic() + wait
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
 
 def _target(places: dict[str, Path], where: str) -> Path:
     return places[where] / f"written-{uuid.uuid4().hex[:8]}"
@@ -162,7 +154,7 @@ def test_workspace_write_writes_the_workspace_and_tmp_only(plain: tuple[Server, 
     # A missing .codex is protected too: it could not be made (an empty read-only placeholder
     # held its place), and the placeholder is gone once the process is.
     assert "mkdir: cannot create directory '.codex'" in ran.stderr, ran
-    assert _eventually(lambda: not (workspace / ".codex").exists()), ran
+    assert eventually(lambda: not (workspace / ".codex").exists()), ran
 
 
 def test_a_denied_path_cannot_be_read(plain: tuple[Server, Client],
@@ -463,12 +455,12 @@ def test_the_server_takes_its_sandboxed_processes_with_it(
         assert reply["result"]["sandboxType"] == "linuxSeccomp"
         tree: dict[int, str] = {}
         # setpriv's bwrap, bwrap inside its namespaces, and sleep.
-        assert _eventually(lambda: len(tree.update(_descendants(server.process.pid)) or tree) >= 3)
+        assert eventually(lambda: len(tree.update(_descendants(server.process.pid)) or tree) >= 3)
     finally:
         server.stop(signal.SIGKILL)
     assert server.process.returncode == -signal.SIGKILL
     for pid, started in tree.items():
-        assert _eventually(
+        assert eventually(
             lambda pid=pid, started=started: not _still_running(pid, started), wait=15
         ), f"sandboxed {pid} outlived the server"
 
@@ -553,13 +545,13 @@ def test_a_placeholder_stays_while_any_sandbox_mounts_on_it(plain: tuple[Server,
     workspace = _open_dir(places["workspace"] / f"ws-{uuid.uuid4().hex[:8]}")
     profile_ = workspace_write(str(workspace))
     _start(client, "first", "sleep 0.5", profile_, workspace)
-    assert _eventually(lambda: (workspace / ".git").is_dir())
+    assert eventually(lambda: (workspace / ".git").is_dir())
     _start(client, "second", "sleep 1.5; mkdir .git/hooks; echo x > .git/hooks/pre-commit",
            profile_, workspace)
     client.events_until_closed("first")
     client.events_until_closed("second")
     assert not (workspace / ".git" / "hooks").exists()
-    assert _eventually(lambda: not (workspace / ".git").exists())  # and gone once unused
+    assert eventually(lambda: not (workspace / ".git").exists())  # and gone once unused
 
 
 def test_removing_a_placeholder_follows_no_symlink(floored: tuple[Server, Client],

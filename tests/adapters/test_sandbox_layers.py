@@ -147,3 +147,27 @@ def test_the_control_without_a_sandbox_sees_the_key_and_makes_the_calls(
     seen = _probe(client, None, workspace, key)
     assert seen["server_key_listed"] is True, seen
     assert seen["keyctl"] == seen["inet_socket"] == seen["unix_connect"] == "ok", seen
+
+
+I386_GETPID = r"""
+import ctypes, mmap
+code = b"\xb8\x14\x00\x00\x00\xcd\x80\xc3"  # mov eax, 20 (getpid on i386); int 0x80; ret
+page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+call = ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+print("pid", call())
+"""
+
+
+def test_a_call_through_the_32_bit_abi_is_killed(keyed_server: tuple[Server, Client, str],
+                                                 workspace: Path) -> None:
+    """The filter checks the architecture first: the i386 ABI (int 0x80), where every call has
+    another number, is no way around it."""
+    _, client, _ = keyed_server
+    script = f"python3 -c '{I386_GETPID}'"
+    control = run(client, script, None)
+    if control.exit_code != 0:
+        pytest.skip(f"this kernel runs no i386 calls: {control}")
+    assert control.stdout.startswith("pid "), control
+    ran = run(client, script, read_only(str(workspace)))
+    assert ran.exit_code == 128 + 31 and "pid" not in ran.stdout, ran  # SIGSYS

@@ -1,31 +1,34 @@
 """Strict standard base64 (with padding), with the reference's error messages.
 
-``base64.b64decode(validate=True)`` accepts the same inputs, but its errors do not say where the
-input went wrong; a client author debugging a bad write wants the offset.
+Decoding is binascii's strict mode, in C: a 45 MiB write costs milliseconds, not the seconds a
+byte-by-byte check in Python took on the owner thread. Only input it refuses is looked at again,
+to say where it went wrong (a client author debugging a bad write wants the offset), and that
+too by a regular expression, never a Python loop over the bytes.
 """
 
 from __future__ import annotations
 
-import base64
 import binascii
+import re
 from collections.abc import Callable
 
 from ._errors import RpcError, invalid_params
 
-_ALPHABET = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+_OUTSIDE = re.compile(rb"[^A-Za-z0-9+/]")
 _PAD = ord("=")
 
 
 def error(text: str) -> str | None:
     """Why ``text`` is not valid padded base64, or None when it is."""
     raw = text.encode("utf-8", "surrogatepass")
-    for offset, byte in enumerate(raw):
-        if byte in _ALPHABET:
-            continue
+    found = _OUTSIDE.search(raw)
+    if found is not None:
+        offset = found.start()
         # Padding may only fill the last one or two places of the final quad.
-        if byte == _PAD and offset % 4 >= 2 and all(b == _PAD for b in raw[offset:]):
-            break
-        return f"Invalid symbol {byte}, offset {offset}."
+        padding = raw[offset] == _PAD and offset % 4 >= 2 and raw.count(b"=", offset) == (
+            len(raw) - offset)
+        if not padding:
+            return f"Invalid symbol {raw[offset]}, offset {offset}."
     if len(raw) % 4:
         return "Invalid padding"
     return None
@@ -37,10 +40,7 @@ def decode(text: str) -> bytes:
 
 
 def decode_or_raise(text: str, fail: Callable[[str], RpcError]) -> bytes:
-    problem = error(text)
-    if problem is None:
-        try:
-            return base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):  # pragma: no cover - error() admits only valid input
-            problem = "Invalid padding"
-    raise fail(problem)
+    try:
+        return binascii.a2b_base64(text.encode("utf-8", "surrogatepass"), strict_mode=True)
+    except binascii.Error:
+        raise fail(error(text) or "Invalid padding") from None

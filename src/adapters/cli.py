@@ -240,11 +240,15 @@ def _fit_descriptors(config: Config) -> None:
 
 
 def _open_trace(path: Path) -> IO[str]:
+    """A new trace file, readable by the server's user only (a trace holds what clients sent
+    and the server's environment); an existing file is never overwritten."""
     try:
-        return path.open("w", buffering=1)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        hint = " (the directory must exist)" if exc.errno == errno.ENOENT else ""
-        raise UsageError(f"--trace {path}: {_why(exc)}{hint}") from None
+        hints = {errno.ENOENT: " (the directory must exist)",
+                 errno.EEXIST: " (a trace is never overwritten: give a new file)"}
+        raise UsageError(f"--trace {path}: {_why(exc)}{hints.get(exc.errno or 0, '')}") from None
+    return os.fdopen(fd, "w", buffering=1)
 
 
 def _listen_problem(exc: BaseException) -> str | None:

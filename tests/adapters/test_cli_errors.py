@@ -72,6 +72,7 @@ MISTAKES = [
     ("serve --auth-token-file {files}/blank-token", 2, "holds no token"),
     (f"serve --trace {MISSING}/trace.jsonl", 2, "No such file or directory (the directory must"),
     ("serve --trace-redact", 2, "--trace-redact needs --trace FILE"),
+    ("serve --trace {files}/blank-token", 2, "File exists (a trace is never overwritten"),
     ("serve --log-level LOUD", 2, "invalid choice: 'LOUD'"),
     ("serve --log-format xml", 2, "invalid choice: 'xml'"),
     ("serve --session-ttl 0", 2, "--session-ttl must be positive"),

@@ -102,6 +102,7 @@ def test_sigkill_of_the_server_takes_its_children_with_it(adapter: str) -> None:
 def test_a_trace_replays_identically(adapter: str, tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     server = Server(adapter, "--trace", str(trace))
+    assert trace.stat().st_mode & 0o777 == 0o600  # the server's user's alone
     c = server.client()
     start(c, "t", ["sh", "-c", "echo out; echo err >&2; exit 3"])
     c.events_until_closed("t")

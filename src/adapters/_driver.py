@@ -199,6 +199,8 @@ class Driver:
                 except Exception as exc:  # noqa: BLE001 - logged there, and fatal
                     self._core_failed(event, exc)
                     return
+                if isinstance(self.core, Recorder) and self.core.sink_failure is not None:
+                    self._trace_stopped(self.core)
                 for action in actions:
                     try:
                         self._run[type(action)](action)
@@ -216,6 +218,12 @@ class Driver:
             self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
         if self.on_idle is not None and self.core.idle:
             self.on_idle()
+
+    def _trace_stopped(self, recorder: Recorder) -> None:
+        """The trace could not be written: one line says so, and the server goes on."""
+        log.error("the trace stopped: writing it failed (%s: %s); the server goes on untraced",
+                  type(recorder.sink_failure).__name__, recorder.sink_failure)
+        self.core = recorder.core
 
     def _core_failed(self, event: Event, exc: Exception) -> None:
         """The core raised: its state is unknown and it refuses every further call, so the

@@ -226,7 +226,10 @@ def _serve(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot listen on {args.listen}: {problem}") from None
     finally:
         if trace_file is not None:
-            trace_file.close()
+            try:
+                trace_file.close()
+            except OSError:
+                pass  # the trace stopped already, and said so (see `Recorder`)
     return 0
 
 

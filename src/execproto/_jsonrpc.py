@@ -85,8 +85,25 @@ def _lone_surrogate(value: Any) -> bool:
     return False
 
 
+# The most values (objects, arrays and the items between commas) one message may hold. Parsing
+# costs memory by the value, up to a hundred bytes each, so a message is weighed before it is
+# parsed: a 57 MiB array of empty objects would take 1.5 GB. Every real request holds a few
+# hundred; a large write is one long string, one value.
+MAX_VALUES = 1_000_000
+
+
+def _weight(data: bytes | str) -> int:
+    """An upper bound on the values in ``data``: each one past the first follows a comma or
+    opens a container (a string holding them only makes the bound loose)."""
+    if isinstance(data, bytes):
+        return data.count(b",") + data.count(b"[") + data.count(b"{")
+    return data.count(",") + data.count("[") + data.count("{")
+
+
 def parse(data: bytes | str) -> Incoming | Malformed | ClientResponse:
     """Decode one frame."""
+    if _weight(data) > MAX_VALUES:
+        return Malformed(f"a message may hold at most {MAX_VALUES} values")
     try:
         # A binary frame is UTF-8 like a text frame (json.loads would also guess UTF-16 and
         # UTF-32 from the bytes), and NaN and Infinity are Python's extensions, not JSON.
@@ -95,6 +112,8 @@ def parse(data: bytes | str) -> Incoming | Malformed | ClientResponse:
     except (ValueError, RecursionError) as exc:
         # ValueError covers bad JSON, bad UTF-8 and integers too long to convert.
         return Malformed(str(exc) or type(exc).__name__)
+    except MemoryError:  # what this message needs, not a fault of the server's
+        return Malformed("out of memory parsing the message")
     # A "\ud800" escape with no partner decodes to a lone surrogate, which no OS call, file
     # name or UTF-8 encoder takes: JSON (RFC 8259) allows it, strict parsers such as the
     # reference's refuse it, and so does this one. Only an escape can make one.

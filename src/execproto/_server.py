@@ -15,6 +15,7 @@ import attrs
 from . import _fs_params, _host_params, _jsonrpc, _params
 from ._config import Config, Host
 from ._errors import (
+    INTERNAL_ERROR,
     METHOD_NOT_FOUND,
     SESSION_ATTACHED,
     LocalProtocolError,
@@ -288,6 +289,9 @@ class ServerCore(ProcessHandlers, WatchHandlers):
                 self._on_request(c, message.id, message.method, message.params)
             except RpcError as error:
                 self._fail(c.conn, message.id, error)
+            except MemoryError:  # this request's own need (a huge write's decoding, say)
+                self._fail(c.conn, message.id,
+                           RpcError(INTERNAL_ERROR, "out of memory handling the request"))
 
     def _on_notification(self, c: Connection, method: str) -> None:
         # The reference drops a connection that sends any notification but `initialized`, or

@@ -94,13 +94,18 @@ def _dumps(value: Any) -> str:
 
 
 class Recorder:
-    """A `ServerCore` that also writes each call to ``sink`` (one JSON line per call)."""
+    """A `ServerCore` that also writes each call to ``sink`` (one JSON line per call).
+
+    A trace is a record, not the service: if the sink raises (a full disk), recording stops
+    there, `sink_failure` says why, and the core goes on untraced. The header is written at
+    once, so a sink that cannot take even that fails here, at start-up."""
 
     def __init__(
         self, core: ServerCore, sink: Callable[[str], None], *, redact: bool = False
     ) -> None:
         self.core = core
-        self._sink = sink
+        self._sink: Callable[[str], None] | None = sink
+        self.sink_failure: Exception | None = None
         redactor = Redactor(core.host) if redact else None
         self._shown: Callable[[Any], Any] = redactor or _same
         sink(_dumps(_header(core.config, redactor.host if redactor else core.host, redact)))
@@ -109,16 +114,26 @@ class Recorder:
         if type(event) not in EVENT_TYPES:
             # Refused before recording: a trace holds only what a fresh core can be fed again.
             raise LocalProtocolError(f"not an event: {type(event).__name__}")
+        if self._sink is None:
+            return self.core.handle(event, now)
         step: dict[str, Any] = {"t": now, "event": to_json(self._shown(event))}
         try:
             actions = self.core.handle(event, now)
         except Exception as exc:  # the step that stopped the core is the one worth keeping
             step["error"] = error_text(exc)
-            self._sink(_dumps(step))
+            self._write(step)
             raise
         step["actions"] = [to_json(self._shown(action)) for action in actions]
-        self._sink(_dumps(step))
+        self._write(step)
         return actions
+
+    def _write(self, step: dict[str, Any]) -> None:
+        assert self._sink is not None
+        try:
+            self._sink(_dumps(step))
+        except Exception as exc:  # the trace ends; the server does not
+            self._sink = None
+            self.sink_failure = exc
 
     def next_deadline(self) -> float | None:
         return self.core.next_deadline()

@@ -8,9 +8,10 @@ notifications, read results, ``process/write`` params) that is valid base64.
 
 The trace's header carries the server's environment, which a process with an env policy may
 inherit: the values of names like ``*KEY*``, ``*SECRET*`` and ``*TOKEN*`` (the default
-excludes) are filler too, and so are those values wherever a `Spawn` inherited them. Replay
-feeds the filler environment to the fresh core, which then spawns with the same filler: the
-core copies values and never looks inside them.
+excludes), ``*PASS*`` (``*PASSWORD*`` with it) and ``*CREDENTIAL*``, and any value holding a
+URL's credentials (``postgres://user:pw@host``), are filler too, and so are those values
+wherever a `Spawn` inherited them. Replay feeds the filler environment to the fresh core,
+which then spawns with the same filler: the core copies values and never looks inside them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ from .actions import Send, Spawn, WriteStdin
 from .events import MessageReceived, OutputReceived
 
 FILLER = b"x"
+# The server's variables a shared trace must not show: the env policy's default excludes, and
+# passwords and credentials besides; and any value with credentials in a URL.
+SECRET_NAMES = (*DEFAULT_EXCLUDES, "*PASS*", "*CREDENTIAL*")
+_URL_CREDENTIALS = re.compile(r"://[^/\s:@]*:[^/\s@]*@")
+
+
+def secret(name: str, value: str) -> bool:
+    return _matches(name, SECRET_NAMES) or _URL_CREDENTIALS.search(value) is not None
 
 _CHUNK = re.compile(rb'("chunk"\s*:\s*")([A-Za-z0-9+/=]*)(")')
 
@@ -75,7 +84,7 @@ class Redactor:
 
     def __init__(self, host: Host) -> None:
         self._secrets = {name: value for name, value in host.env.items()
-                         if _matches(name, DEFAULT_EXCLUDES)}
+                         if secret(name, value)}
         hidden = {name: _hidden(value) for name, value in self._secrets.items()}
         # What the header records: the same names in the same order, the secrets as filler.
         self.host = attrs.evolve(host, env={name: hidden.get(name, value)

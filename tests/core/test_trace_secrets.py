@@ -51,3 +51,22 @@ def test_without_redaction_the_header_has_the_environment_as_it_is() -> None:
     h = session(redact=False)
     assert json.loads(h.lines[0])["host"]["env"]["MY_API_KEY"] == SECRET
     assert replay(h.lines).ok
+
+
+def test_passwords_credentials_and_urls_with_credentials_are_filler_too() -> None:
+    env = {"PATH": "/bin", "DB_PASSWORD": "pw-one", "PGPASS": "pw-two",
+           "AWS_CREDENTIALS": "cred", "DATABASE_URL": "postgres://user:pw-three@db:5432/app",
+           "PLAIN_URL": "https://example.org/app"}
+    host = Host(env=env)
+    h = Harness(Config(), host)
+    h.lines.clear()
+    h.core = Recorder(ServerCore(Config(), host), h.lines.append, redact=True)
+    h.connect(1)
+    h.handshake(1)
+    h.start(1, "p", ["env"], envPolicy=EVERYTHING)
+    text = "\n".join(h.lines)
+    for value in ("pw-one", "pw-two", "cred", "pw-three"):
+        assert value not in text
+    header = json.loads(h.lines[0])["host"]["env"]
+    assert header["PLAIN_URL"] == "https://example.org/app" and header["PATH"] == "/bin"
+    assert replay(h.lines).ok

@@ -23,6 +23,7 @@ Where no cgroup v2 hierarchy is writable, `Tree.create` says why, and the server
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import shutil
 import signal
@@ -45,6 +46,7 @@ done
 find "$0" -depth -type d -exec rmdir {} \\; 2>/dev/null
 """
 SHELL = "/bin/sh"
+_servers = itertools.count(1)
 SETSID = shutil.which("setsid", path="/usr/bin:/bin")
 FIXED_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
@@ -93,7 +95,9 @@ class Tree:
             return None, "no cgroup v2 hierarchy is mounted"
         if not os.path.exists(SHELL) or SETSID is None:
             return None, f"{SHELL} or util-linux's setsid is missing"
-        base = os.path.join(mount, _own().lstrip("/"), f"execproto-{os.getpid()}")
+        # One per server, several servers in one process included.
+        name = f"execproto-{os.getpid()}-{next(_servers)}"
+        base = os.path.join(mount, _own().lstrip("/"), name)
         try:
             os.mkdir(base)
         except FileExistsError:
@@ -101,8 +105,13 @@ class Tree:
         except OSError as exc:
             return None, f"cannot make a cgroup in {os.path.dirname(base)}: {exc.strerror}"
         if not os.path.exists(os.path.join(base, "cgroup.kill")):
+            _remove(base)
             return None, "the kernel has no cgroup.kill (Linux 5.14 or later is needed)"
-        return cls(mount, base), None
+        try:
+            return cls(mount, base), None
+        except (OSError, subprocess.SubprocessError) as exc:
+            _remove(base)
+            return None, f"the watchdog could not be started: {exc}"
 
     @staticmethod
     def possible() -> bool:

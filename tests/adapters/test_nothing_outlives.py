@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import Server, start
+from .conftest import Server, eventually, start
 from .sandboxes import BWRAP_PROBLEM, IS_ROOT, read_only, run
 
 pytestmark = pytest.mark.skipif(not IS_ROOT, reason="cgroups are made by a root server here")
@@ -110,3 +110,24 @@ def test_an_unsandboxed_process_still_sees_and_signals_the_host_as_before() -> N
         assert ran.stdout.split() == ["killed", "143", str(server.process.pid)], ran
     finally:
         server.stop()
+
+
+def test_two_servers_in_one_process_keep_their_own_trees() -> None:
+    """An application may embed two servers: one's stop takes nothing of the other's."""
+    from execproto.adapters._cgroups import Tree
+
+    first, second = Tree.create()[0], Tree.create()[0]
+    assert first is not None and second is not None and first.base != second.base
+    tag = str(random.randrange(10**6, 10**7))
+    place = second.make(1)
+    sleeper = subprocess.Popen([*second.wrapper(place, None), "sleep", f"301.{tag}"])
+    try:
+        assert eventually(lambda: len(_left(tag)) == 1)
+        first.close()
+        time.sleep(0.2)
+        assert len(_left(tag)) == 1, "the first server's stop killed the second's process"
+        second.close()
+        assert _none_left(tag), _left(tag)
+    finally:
+        sleeper.kill()
+        sleeper.wait()

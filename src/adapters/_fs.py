@@ -61,6 +61,10 @@ class Files:
         self._floor = floor
         self._lock = threading.Lock()
         self._handles: dict[tuple[int, str], tuple[int, str]] = {}  # (conn, id) -> (fd, path)
+        # Connections whose fs/open may still keep a handle: an open that finishes on the pool
+        # after its connection closed closes its descriptor instead of keeping it for nobody.
+        # None: every connection may (a Files used without a driver's peers).
+        self._live: set[int] | None = None
         self._run: dict[str, Callable[[int, dict[str, Any], Scope], Any]] = {
             "fs/readFile": self._read_file,
             "fs/writeFile": self._write_file,
@@ -95,8 +99,16 @@ class Files:
         except OSError as exc:
             return None, _os_error(exc)
 
+    def open_connection(self, conn: int) -> None:
+        with self._lock:
+            if self._live is None:
+                self._live = set()
+            self._live.add(conn)
+
     def close_connection(self, conn: int) -> None:
         with self._lock:
+            if self._live is not None:
+                self._live.discard(conn)
             mine = [key for key in self._handles if key[0] == conn]
             fds = [self._handles.pop(key)[0] for key in mine]
         for fd in fds:
@@ -249,7 +261,12 @@ class Files:
         else:
             fd = _open_regular(scope, p["path"], os.O_RDONLY, "read")
         with self._lock:
-            self._handles[conn, p["handleId"]] = (fd, p["path"])
+            kept = self._live is None or conn in self._live
+            if kept:
+                self._handles[conn, p["handleId"]] = (fd, p["path"])
+        if not kept:
+            os.close(fd)
+            raise RpcError(INTERNAL_ERROR, "the connection closed before the file was opened")
         return {"handleId": p["handleId"]}
 
     def _read_block(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:

@@ -142,6 +142,7 @@ class Peer:
         self.label = label
         log.debug("connection %d opened: %s", self.conn, label)
         self.driver.peers[self.conn] = self
+        self.driver.files.open_connection(self.conn)  # its fs/open handles are taken from here
         self.driver.feed(ConnectionOpened(conn=self.conn, session_id=str(uuid.uuid4()),
                                           label=label))
 

@@ -1,0 +1,48 @@
+"""A client that hangs up with fs/open calls still queued leaves no descriptor behind.
+
+The pool is kept busy with walks, so the opens run after the connection is gone; before, each
+one kept its descriptor for a connection nobody would close (1,016 after ten rounds), until
+`process/start` failed for everyone with "Too many open files". Bounded: five rounds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from .conftest import Server, eventually, uri
+
+ROUNDS, OPENS = 5, 100
+
+
+def _descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_queued_opens_of_a_client_that_hung_up_are_closed(adapter: str, tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("contents\n")
+    server = Server(adapter)
+    try:
+        warm = server.client()
+        assert "result" in warm.call("fs/open", {"handleId": "w", "path": uri(target)})
+        warm.close()
+        time.sleep(0.5)
+        baseline = _descriptors(server.process.pid)
+        for round_ in range(ROUNDS):
+            client = server.client()
+            for _ in range(4):  # the pool's workers busy while the opens queue up
+                client.request("fs/walk", {"path": uri("/usr"), "maxDepth": 64})
+            for number in range(OPENS):
+                client.request("fs/open", {"handleId": f"h{round_}-{number}",
+                                           "path": uri(target)})
+            client.close()
+        assert eventually(lambda: _descriptors(server.process.pid) <= baseline + 4, wait=30), (
+            baseline, _descriptors(server.process.pid))
+        # And the server still serves.
+        probe = server.client()
+        assert "result" in probe.call("fs/getMetadata", {"path": uri(target)})
+    finally:
+        log = server.stop()
+    assert "Traceback" not in log, log

@@ -140,6 +140,7 @@ class Timer(enum.Enum):
     ABANDON = "abandon the pipes after kill_grace"  # subject: the proc handle
     EVICT = "a closed process stops being readable"  # subject: the Process
     EXPIRE = "a detached session expires"  # subject: the session id
+    GREET = "a connection's initialize is due"  # subject: the conn
 
 
 class Do(enum.Enum):

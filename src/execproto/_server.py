@@ -94,6 +94,7 @@ _FS_METHODS = (
 PROTOCOL_ERROR = 1002
 GOING_AWAY = 1001
 TRY_AGAIN_LATER = 1013
+POLICY_VIOLATION = 1008
 
 
 def _describe(exc: BaseException) -> str:
@@ -159,6 +160,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             Timer.ABANDON: self._on_abandon_due,
             Timer.EVICT: self._on_evict_due,
             Timer.EXPIRE: self._on_session_expired,
+            Timer.GREET: self._on_greet_due,
         }
 
     def handle(self, event: Event, now: float) -> list[Action]:
@@ -249,6 +251,10 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         elif len(self._conns) > self.config.max_connections:
             reason = f"too many connections: at most {self.config.max_connections}"
             self._close_connection(c, reason, TRY_AGAIN_LATER)
+        else:
+            # A connection that never initializes would hold its place among max_connections
+            # for as long as its client liked: it gets the handshake's time, then is closed.
+            self._set_timer((Timer.GREET, c.conn), self.config.handshake_timeout)
 
     def _on_shutdown(self, event: Shutdown) -> None:
         self._shutting_down = True
@@ -260,6 +266,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
 
     def _on_connection_closed(self, event: ConnectionClosed) -> None:
         c = self._connection(event.conn)
+        self._timers.cancel((Timer.GREET, c.conn))
         for read in list(c.reads.values()):
             self._cancel_read(read)
         self._drop_ops(c)
@@ -351,6 +358,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         session.conn = c.conn
         c.session = session
         c.handshake = Handshake.INITIALIZING
+        self._timers.cancel((Timer.GREET, c.conn))
         session.acks = p.output_acks
         self._carry_out_session(session, todo)
         result: dict[str, Any] = {
@@ -386,6 +394,12 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         while (key := self._timers.pop_due(self._now)) is not None:
             assert isinstance(key, tuple)
             self._timer_handlers[key[0]](*key[1:])
+
+    def _on_greet_due(self, conn: int) -> None:
+        c = self._conns[conn]  # a closed connection's deadline is cancelled with it
+        if c.handshake is Handshake.NEW and not c.closing:
+            self._close_connection(
+                c, f"no initialize within {self.config.handshake_timeout:g} s", POLICY_VIOLATION)
 
     def _on_session_expired(self, session_id: str) -> None:
         session = self._sessions.pop(session_id)

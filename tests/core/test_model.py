@@ -149,6 +149,7 @@ class MConn:
         self.blocked = False
         self.open = True
         self.closing = False  # the core emitted CloseConnection for it
+        self.greet_at: float | None = None  # when it is closed unless it has initialized
         self.received = 0  # messages the core sent it: a send buffer fills only with these
 
 
@@ -598,7 +599,8 @@ class CoreModel(RuleBasedStateMachine):
         if isinstance(event, ConnectionOpened):
             assert event.conn not in self.conns
             self.next_inc += 1
-            self.conns[event.conn] = MConn(event.conn, self.next_inc, event.session_id)
+            c = self.conns[event.conn] = MConn(event.conn, self.next_inc, event.session_id)
+            c.greet_at = self.now + self.config.handshake_timeout
         elif isinstance(event, ConnectionClosed):
             c = self.conns.pop(event.conn)
             c.open = False
@@ -716,6 +718,9 @@ class CoreModel(RuleBasedStateMachine):
         for read in self.reads.values():
             if read.deadline <= now:
                 due.append((read.deadline, 4, "read", read))
+        for c in self.conns.values():
+            if c.greet_at is not None and c.greet_at <= now:
+                due.append((c.greet_at, 5, "greet", c))
         due.sort(key=lambda item: item[:2])
         return due
 
@@ -754,6 +759,13 @@ class CoreModel(RuleBasedStateMachine):
                         self._terminate(proc)
                     else:
                         del session.procs[proc.pid]
+            elif kind == "greet":
+                c = what
+                c.greet_at = None
+                if c.state == "new" and not c.closing:
+                    c.closing = True
+                    self._emit(CloseConnection(conn=c.conn, code=1008, reason=""))
+                    self.stats["never initialized"] += 1
             else:
                 read = what
                 if read.msg_id in self.reads:
@@ -831,6 +843,7 @@ class CoreModel(RuleBasedStateMachine):
         session.conn = c
         c.session = session
         c.state = "initializing"
+        c.greet_at = None
         self._expect_result(c, msg_id, {"sessionId": session.sid, "environmentInfo": {}})
         self._sync_session(session)
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from execproto import (
+    CloseConnection,
     Config,
     ConnectionOpened,
     Finalize,
@@ -88,9 +89,26 @@ def test_no_session_exists_before_initialize() -> None:
     h.connect(2)
     reply = h.call(2, "initialize", {"clientName": "c", "resumeSessionId": "session-1"})
     assert error(reply) == (INVALID_REQUEST, unknown_session("session-1"))
-    # Closing a connection that never initialized leaves nothing waiting on time.
+    # Closing the connections that never initialized leaves nothing waiting on time.
     h.disconnect(1)
+    h.disconnect(2)
     assert h.core.next_deadline() is None
+
+
+def test_a_connection_that_never_initializes_is_closed_after_the_handshake_timeout() -> None:
+    h = Harness(Config(handshake_timeout=5.0))
+    h.connect(1)  # never initializes
+    h.connect(2)
+    assert "result" in h.call(2, "initialize", {"clientName": "c"})
+    h.connect(3)
+    h.call(3, "initialize", {"clientName": "c", "resumeSessionId": "nope"})  # refused: still new
+    assert h.advance(4.9) == []
+    closed = [a for a in h.advance(0.2) if isinstance(a, CloseConnection)]
+    assert sorted((a.conn, a.code) for a in closed) == [(1, 1008), (3, 1008)]
+    assert "no initialize within 5 s" in closed[0].reason
+    h.disconnect(1)
+    h.disconnect(3)
+    assert h.core.next_deadline() is None  # the initialized one waits on nothing
 
 
 def test_each_connection_gets_its_own_session() -> None:

@@ -33,7 +33,7 @@ from . import _envconfig, _skills
 from ._beneath import Scope, resolved_policy
 from ._copy import copy_file, copy_tree
 from ._posix import os_error_text
-from ._walk import walk
+from ._walk import Abandoned, walk
 
 MAX_READ_FILE = 64 << 20  # fs/readFile answers in one message; bigger files go by fs/open
 
@@ -74,7 +74,8 @@ class Files:
             "fs/readDirectory": self._read_directory,
             "fs/remove": self._remove,
             "fs/copy": self._copy,
-            "fs/walk": lambda conn, p, scope: walk(p["path"], p, scope),
+            "fs/walk": lambda conn, p, scope: walk(p["path"], p, scope,
+                                                   lambda: self._wanted(conn)),
             "fs/open": self._open,
             "fs/readBlock": self._read_block,
             "fs/writeBlock": self._write_block,
@@ -90,14 +91,26 @@ class Files:
         return Scope(self._roots, resolved)
 
     def run(self, conn: int, request: FsRequest) -> tuple[Any, RpcError | None]:
-        """(result, None) or (None, error). Never raises for what the request did."""
+        """(result, None) or (None, error). Never raises for what the request did. A call
+        whose connection closed while it waited for the pool is not run: nobody would read
+        its answer, and others wait behind it."""
+        gone = RpcError(INTERNAL_ERROR, "the connection closed before the call ran")
+        if not self._wanted(conn):
+            return None, gone
         try:
             scope = self.scope(request.sandbox)
             return self._run[request.method](conn, request.params, scope), None
+        except Abandoned:  # a walk whose connection closed while it ran
+            return None, gone
         except RpcError as error:
             return None, error
         except OSError as exc:
             return None, _os_error(exc)
+
+    def _wanted(self, conn: int) -> bool:
+        """Whether ``conn`` is still there to read an answer."""
+        with self._lock:
+            return self._live is None or conn in self._live
 
     def open_connection(self, conn: int) -> None:
         with self._lock:

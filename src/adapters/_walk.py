@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import stat
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from execproto import RpcError, uri_from_path
@@ -41,11 +42,16 @@ def _child(scope: Scope, fd: int, real: str, entry: os.DirEntry[str]) -> tuple[o
         os.close(target)
 
 
-def walk(root: str, p: dict[str, Any], scope: Scope) -> dict[str, Any]:
+class Abandoned(Exception):
+    """The walk's caller is gone (its connection closed): it stops between two directories."""
+
+
+def walk(root: str, p: dict[str, Any], scope: Scope,
+         wanted: Callable[[], bool] = lambda: True) -> dict[str, Any]:
     """Walk ``root`` within ``scope``: what it denies is not listed, descended or reported.
     Each directory is opened through the scope at its real path, and its children looked at by
     descriptor. OSError about the root itself propagates; everything below becomes an entry of
-    ``errors``."""
+    ``errors``. ``wanted`` is asked before each directory; once it says no, `Abandoned`."""
     entries: list[dict[str, str]] = []
     errors: list[dict[str, str]] = []
     empty = {"entries": entries, "errors": errors, "truncated": False}
@@ -67,6 +73,8 @@ def walk(root: str, p: dict[str, Any], scope: Scope) -> dict[str, Any]:
         while queue:
             if read == p["maxDirectories"]:
                 raise _Budget
+            if not wanted():
+                raise Abandoned
             read += 1
             directory, real, depth = queue.popleft()
             try:

@@ -11,9 +11,11 @@ import os
 import time
 from pathlib import Path
 
-from .conftest import Server, eventually, uri
+from .conftest import STARVED, Server, eventually, uri
 
 ROUNDS, OPENS = 5, 100
+WALK = {"maxDepth": 64, "maxDirectories": 10_000, "maxEntries": 5_000,
+        "followDirectorySymlinks": False}
 
 
 def _descriptors(pid: int) -> int:
@@ -33,7 +35,7 @@ def test_queued_opens_of_a_client_that_hung_up_are_closed(adapter: str, tmp_path
         for round_ in range(ROUNDS):
             client = server.client()
             for _ in range(4):  # the pool's workers busy while the opens queue up
-                client.request("fs/walk", {"path": uri("/usr"), "maxDepth": 64})
+                client.request("fs/walk", {"path": uri("/usr/lib"), "options": WALK})
             for number in range(OPENS):
                 client.request("fs/open", {"handleId": f"h{round_}-{number}",
                                            "path": uri(target)})
@@ -46,3 +48,22 @@ def test_queued_opens_of_a_client_that_hung_up_are_closed(adapter: str, tmp_path
     finally:
         log = server.stop()
     assert "Traceback" not in log, log
+
+
+def test_queued_calls_of_a_client_that_hung_up_do_not_delay_another(adapter: str) -> None:
+    """Sixty walks queued by a client that then left made another client's fs/getMetadata
+    wait about a minute here: the walks no longer run once their connection is gone."""
+    server = Server(adapter, "--log-level", "warning")
+    try:
+        leaving = server.client()
+        for _ in range(60):
+            leaving.request("fs/walk", {"path": uri("/usr"), "options": {
+                **WALK, "maxEntries": 50_000}})
+        leaving.close()
+        time.sleep(0.1)
+        began = time.monotonic()
+        probe = server.client()
+        assert "result" in probe.call("fs/getMetadata", {"path": uri("/tmp")}, timeout=60)
+        assert time.monotonic() - began < STARVED
+    finally:
+        server.stop()

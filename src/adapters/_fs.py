@@ -61,9 +61,9 @@ class Files:
         self._floor = floor
         self._lock = threading.Lock()
         self._handles: dict[tuple[int, str], tuple[int, str]] = {}  # (conn, id) -> (fd, path)
-        # Connections whose fs/open may still keep a handle: an open that finishes on the pool
-        # after its connection closed closes its descriptor instead of keeping it for nobody.
-        # None: every connection may (a Files used without a driver's peers).
+        # Connections still there to read answers: a call whose connection closed while it
+        # waited is not run, a walk stops, and an open that finished after it closes its
+        # descriptor instead of keeping it for nobody. None: all are (no driver's peers).
         self._live: set[int] | None = None
         self._run: dict[str, Callable[[int, dict[str, Any], Scope], Any]] = {
             "fs/readFile": self._read_file,

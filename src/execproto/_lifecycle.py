@@ -61,6 +61,9 @@ What happens when
   start answers, fs and http calls) is dropped, as nothing is sent to a closed connection; every
   live process not stopping is held; pauses and the held total are synced; EXPIRE due after
   ``session_ttl``. Output goes on into the logs.
+- *connection opened*: GREET due after ``handshake_timeout``, cancelled once its
+  ``initialize`` is answered or it closes; when due, a connection still without one is closed
+  (1008), so connections that never initialize cannot hold every place.
 - *resumed* (``initialize`` with ``resumeSessionId``, detached only): EXPIRE cancelled; with
   output acks every live process not stopping is held; pauses (the new connection may be blocked)
   and the held total (it no longer counts) are synced.

@@ -30,6 +30,8 @@ import signal
 import subprocess
 import time
 
+from ._posix import SIGNALS
+
 # Moves the shell into the cgroup named by $0, then execs the rest: the descendants inherit it.
 # The shell sets PWD in the environment it passes on; the program's must be exactly the
 # client's, so PWD is put back as it was: absent, or the value given as $1.
@@ -70,6 +72,22 @@ def _own() -> str:
     return "/"
 
 
+class NoTree:
+    """Where no cgroup can be made: spawns go unwrapped, and signals reach the group only."""
+
+    def join(self, proc: int, env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+        return ()
+
+    def signalled(self, proc: int, name: str) -> None:
+        pass
+
+    def finished(self, proc: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Tree:
     """The server's cgroup and its processes' ones beneath it."""
 
@@ -77,6 +95,8 @@ class Tree:
         self._mount = mount
         self.base = base
         self._lingering: set[str] = set()
+        self._procs: dict[int, str] = {}  # proc -> its cgroup, until `finished`
+        self._terminated: set[int] = set()
         read_end, self._alive = os.pipe()  # both close-on-exec: no process inherits them
         # Not the server's child (`setsid --fork` leaves it to init): a host application's
         # waits, and a count of the server's children, see nothing of it.
@@ -88,13 +108,13 @@ class Tree:
             os.close(read_end)
 
     @classmethod
-    def create(cls) -> tuple[Tree | None, str | None]:
-        """The tree, or None and why there can be none here."""
+    def create(cls) -> tuple[Tree | NoTree, str | None]:
+        """The tree, or a `NoTree` and why there can be none here."""
         mount = _hierarchy()
         if mount is None:
-            return None, "no cgroup v2 hierarchy is mounted"
+            return NoTree(), "no cgroup v2 hierarchy is mounted"
         if not os.path.exists(SHELL) or SETSID is None:
-            return None, f"{SHELL} or util-linux's setsid is missing"
+            return NoTree(), f"{SHELL} or util-linux's setsid is missing"
         # One per server, several servers in one process included.
         name = f"execproto-{os.getpid()}-{next(_servers)}"
         base = os.path.join(mount, _own().lstrip("/"), name)
@@ -103,15 +123,15 @@ class Tree:
         except FileExistsError:
             pass  # a pid reused after a server that left its tree: taken over
         except OSError as exc:
-            return None, f"cannot make a cgroup in {os.path.dirname(base)}: {exc.strerror}"
+            return NoTree(), f"cannot make a cgroup in {os.path.dirname(base)}: {exc.strerror}"
         if not os.path.exists(os.path.join(base, "cgroup.kill")):
             _remove(base)
-            return None, "the kernel has no cgroup.kill (Linux 5.14 or later is needed)"
+            return NoTree(), "the kernel has no cgroup.kill (Linux 5.14 or later is needed)"
         try:
             return cls(mount, base), None
         except (OSError, subprocess.SubprocessError) as exc:
             _remove(base)
-            return None, f"the watchdog could not be started: {exc}"
+            return NoTree(), f"the watchdog could not be started: {exc}"
 
     @staticmethod
     def possible() -> bool:
@@ -120,19 +140,45 @@ class Tree:
         return mount is not None and os.access(os.path.join(mount, _own().lstrip("/")),
                                                os.W_OK)
 
-    def make(self, proc: int) -> str:
+    # -- one process's cgroup, as the driver sees it ----------------------------------------
+
+    def join(self, proc: int, env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+        """Make ``proc``'s cgroup, and return the wrapper that puts its spawn there; ``env``:
+        the environment the program must get exactly (its PWD is put back)."""
         path = os.path.join(self.base, f"p{proc}")
         os.mkdir(path)
-        return path
-
-    def wrapper(self, path: str, pwd: str | None) -> tuple[str, ...]:
-        """The wrapper that puts a spawn into ``path``; ``pwd``: the PWD of the environment
-        the program must get (None: none)."""
+        self._procs[proc] = path
+        pwd = dict(env).get("PWD")
         if pwd is None:
             return (SHELL, "-c", JOIN_UNSET_PWD, path)
         return (SHELL, "-c", JOIN_KEEP_PWD, path, pwd)
 
-    def signal(self, path: str, number: int) -> None:
+    def signalled(self, proc: int, name: str) -> None:
+        """The group of ``proc`` got signal ``name``. An interrupt is the group's alone, as a
+        terminal's Ctrl-C; a terminate's TERM reaches every member, KILL all of them at once,
+        and what is left of a terminated process goes with it at `finished`."""
+        path = self._procs.get(proc)
+        if path is None or name == "INT":
+            return
+        self._terminated.add(proc)
+        if name == "KILL":
+            self.kill(path)
+        else:
+            self._signal(path, SIGNALS[name])
+
+    def finished(self, proc: int) -> None:
+        """``proc`` is finalized, or its spawn failed: a terminated one's cgroup is killed, and
+        any is removed once empty (one that ended on its own may leave daemons, as without a
+        cgroup, until the server stops)."""
+        path = self._procs.pop(proc, None)
+        if path is None:
+            return
+        if proc in self._terminated:
+            self._terminated.discard(proc)
+            self.kill(path)
+        self._release(path)
+
+    def _signal(self, path: str, number: int) -> None:
         """Send ``number`` to every process in ``path``, each through a pidfd opened first and
         then checked to be in ``path`` still: a pid that was reused meanwhile is not ours."""
         for pid in self._members(path):
@@ -156,7 +202,7 @@ class Tree:
         except OSError:
             pass  # removed already
 
-    def release(self, path: str) -> None:
+    def _release(self, path: str) -> None:
         """Remove ``path`` once it is empty; until then it lingers (retried at each release)."""
         self._lingering.add(path)
         for place in list(self._lingering):

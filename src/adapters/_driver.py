@@ -157,13 +157,11 @@ class Driver:
         self.peers: dict[int, Peer] = {}  # open connections, by the handle the core knows
         self._conns = 0
         self.watches = Watches(loop, self.feed, self.files.scope)
-        # Each process's cgroup (`_cgroups`): proc -> its directory, and the terminated ones.
+        # Each process's cgroup (`_cgroups`), so that nothing it starts outlives it.
         self._tree, problem = _cgroups.Tree.create()
         if problem is not None:
             log.warning("a process's descendants that leave its process group are not tracked "
                         "(%s): a terminate, or a server killed, can leave them running", problem)
-        self._cgroups: dict[int, str] = {}
-        self._terminated: set[int] = set()
         self._run: dict[type, Callable[[Any], None]] = {
             Send: self._send,
             CloseConnection: self._close_connection,
@@ -245,7 +243,8 @@ class Driver:
             except OSError:
                 log.exception("killing process %d failed", proc)
             self._release(proc, child)
-            self._drop_cgroup(proc, kill=True)
+            self._tree.signalled(proc, "KILL")
+            self._tree.finished(proc)
         self._children.clear()
         self._runs.clear()
         for token in self._tokens.values():
@@ -348,10 +347,9 @@ class Driver:
         spec = attrs.evolve(action.spec, argv=prepared.argv, env=prepared.env, cwd=prepared.cwd,
                             arg0=prepared.arg0)
         try:
-            join = self._join(action.proc, spec.env)
-            child = _posix.spawn(spec, prepared.pass_fds, join)
+            child = _posix.spawn(spec, prepared.pass_fds, self._tree.join(action.proc, spec.env))
         except _posix.SpawnError as exc:
-            self._drop_cgroup(action.proc)
+            self._tree.finished(action.proc)
             if prepared.argv[0] != action.spec.argv[0] and os.path.isdir(prepared.cwd):
                 # The backend's own command (docker, ssh) is missing: a server problem, not the
                 # client's program, so not the client's spawnNotFound either.
@@ -361,7 +359,7 @@ class Driver:
             self.feed(SpawnFailed(proc=action.proc, error=str(exc), kind=exc.kind))
             return
         except OSError as exc:  # out of descriptors, memory, cgroups...
-            self._drop_cgroup(action.proc)
+            self._tree.finished(action.proc)
             self.feed(SpawnFailed(proc=action.proc, error=_posix.os_error_text(exc)))
             return
         finally:
@@ -435,32 +433,7 @@ class Driver:
 
     def _signal(self, action: Signal) -> None:
         self._children[action.proc].signal_group(action.signal)
-        if action.signal == "INT":
-            return  # an interrupt is the group's, as a terminal's Ctrl-C
-        # A terminate: whatever left the group (setsid) gets it too, and once the process is
-        # finalized nothing of it is left (see _finalize).
-        self._terminated.add(action.proc)
-        place = self._cgroups.get(action.proc)
-        if self._tree is not None and place is not None:
-            if action.signal == "KILL":
-                self._tree.kill(place)
-            else:
-                self._tree.signal(place, _posix.SIGNALS[action.signal])
-
-    def _join(self, proc: int, env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
-        """The wrapper that puts ``proc`` in a cgroup of its own (none where there are none)."""
-        if self._tree is None:
-            return ()
-        place = self._cgroups[proc] = self._tree.make(proc)
-        return self._tree.wrapper(place, dict(env).get("PWD"))
-
-    def _drop_cgroup(self, proc: int, kill: bool = False) -> None:
-        place = self._cgroups.pop(proc, None)
-        self._terminated.discard(proc)
-        if self._tree is not None and place is not None:
-            if kill:
-                self._tree.kill(place)
-            self._tree.release(place)
+        self._tree.signalled(action.proc, action.signal)
 
     def _pause(self, action: PauseOutput) -> None:
         self._paused.add(action.proc)
@@ -529,9 +502,7 @@ class Driver:
         child = self._children.pop(action.proc, None)
         if child is not None:
             self._release(action.proc, child)
-        # A terminated process leaves nothing behind; one that ended on its own may (as
-        # without cgroups), until the server stops.
-        self._drop_cgroup(action.proc, kill=action.proc in self._terminated)
+        self._tree.finished(action.proc)  # a terminated process leaves nothing behind
         if action.proc in self._tokens:
             token = self._tokens.pop(action.proc)
             try:
@@ -646,9 +617,8 @@ class Driver:
 
     def close(self) -> None:
         """After the stop: kill whatever the processes left running, and remove their cgroups."""
-        if self._tree is not None:
-            self._tree.close()
-            self._tree = None
+        self._tree.close()
+        self._tree = _cgroups.NoTree()
 
     def raise_if_failed(self) -> None:
         """After the stop: raise `CoreFailed` if it was the core's failure that stopped it."""

@@ -18,6 +18,8 @@ T = TypeVar("T")
 # Counts are u64 on the reference's side; anything outside is "invalid number" there too.
 _MAX_UINT = 2**64 - 1
 
+MAX_ID = 256  # characters of an id the server keeps (see `Fields.ident`); Codex's are ~40
+
 
 def wrong_type(value: Any, expected: str) -> RpcError:
     return invalid_params(f"invalid type: {describe(value)}, expected {expected}")
@@ -83,6 +85,14 @@ class Fields:
 
     def text(self, name: str) -> str:
         return self.required(name, text)
+
+    def ident(self, name: str) -> str:
+        """A name the server keeps for as long as what it names (a processId, 4096 writeIds of
+        each process, a handleId): bounded, so ids cannot be how a client fills the memory."""
+        value = self.text(name)
+        if len(value) > MAX_ID:
+            raise invalid_params(f"{name} is longer than {MAX_ID} characters")
+        return value
 
     def opt_text(self, name: str) -> str | None:
         return self.optional(name, text)

@@ -138,7 +138,7 @@ def open_mode(value: Any) -> str:
 
 def write_block(f: Fields) -> dict[str, Any]:
     params: dict[str, Any] = {
-        "handleId": f.text("handleId"),
+        "handleId": f.ident("handleId"),
         "offset": f.required("offset", count("u64")),
         "data": decode(f.text("chunk")),
     }

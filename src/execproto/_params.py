@@ -93,7 +93,7 @@ def _os_env(env: Any, field: str) -> None:
 
 def start(params: Any) -> StartParams:
     fields = Fields(params, "WireExecParams")
-    process_id = fields.text("processId")
+    process_id = fields.ident("processId")
     argv = fields.texts("argv")
     cwd = fields.text("cwd")
     env = fields.text_map("env")
@@ -135,7 +135,7 @@ class ReadParams:
 def read(params: Any) -> ReadParams:
     fields = Fields(params, "ReadParams")
     return ReadParams(
-        process_id=fields.text("processId"),
+        process_id=fields.ident("processId"),
         after_seq=fields.opt_uint("afterSeq") or 0,
         max_bytes=fields.opt_uint("maxBytes"),
         wait_ms=fields.opt_uint("waitMs") or 0,
@@ -150,7 +150,7 @@ class AckParams:
 
 def ack(params: Any) -> AckParams:
     fields = Fields(params, "AckParams")
-    return AckParams(process_id=fields.text("processId"), seq=fields.uint("seq"))
+    return AckParams(process_id=fields.ident("processId"), seq=fields.uint("seq"))
 
 
 @attrs.frozen(kw_only=True)
@@ -164,9 +164,9 @@ class WriteParams:
 
 def write(params: Any) -> WriteParams:
     fields = Fields(params, "WriteParams")
-    process_id = fields.text("processId")
+    process_id = fields.ident("processId")
     chunk = fields.text("chunk")
-    write_id = fields.text("writeId")
+    write_id = fields.ident("writeId")
     close_stdin = fields.flag("closeStdin", False)
     if not write_id:
         raise invalid_params("writeId must not be empty")
@@ -205,12 +205,12 @@ class SignalParams:
 def signal(params: Any) -> SignalParams:
     fields = Fields(params, "SignalParams")
     return SignalParams(
-        process_id=fields.text("processId"), signal=fields.required("signal", _signal)
+        process_id=fields.ident("processId"), signal=fields.required("signal", _signal)
     )
 
 
 def terminate(params: Any) -> str:
-    return Fields(params, "TerminateParams").text("processId")
+    return Fields(params, "TerminateParams").ident("processId")
 
 
 def unit(params: Any) -> None:

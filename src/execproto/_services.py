@@ -78,20 +78,20 @@ def parse_fs(method: str, raw: Any) -> tuple[FsRequest, SandboxRequest | None]:
     elif method == "fs/walk":
         params = _fs_params.walk(f)
     elif method == "fs/open":
-        params = {"handleId": f.text("handleId"), "path": _uri(f, "path")}
+        params = {"handleId": f.ident("handleId"), "path": _uri(f, "path")}
         # Absent means "read"; an explicit null is an error, as in the reference.
         params["mode"] = _fs_params.open_mode(f.raw("mode")) if f.has("mode") else "read"
         if len(params["handleId"].encode("utf-8", "surrogatepass")) > MAX_HANDLE_ID_BYTES:
             raise invalid_request(f"file handle ID must not exceed {MAX_HANDLE_ID_BYTES} bytes")
     elif method == "fs/readBlock":
-        params = {"handleId": f.text("handleId"), "offset": f.uint("offset"), "len": f.uint("len")}
+        params = {"handleId": f.ident("handleId"), "offset": f.uint("offset"), "len": f.uint("len")}
         if not 1 <= params["len"] <= MAX_BLOCK:
             raise invalid_request(f"file read block length must be between 1 and {MAX_BLOCK}")
     elif method == "fs/writeBlock":
         params = _fs_params.write_block(f)
     else:
         assert method == "fs/close"
-        params = {"handleId": f.text("handleId")}
+        params = {"handleId": f.ident("handleId")}
     return FsRequest(method=method, params=params), _sandbox.parse(f.raw("sandbox"), for_fs=True)
 
 
@@ -124,7 +124,7 @@ def parse_http(raw: Any) -> tuple[str, HttpRequest]:
     f = Fields(raw, "HttpRequestParams")
     method = f.text("method")
     url = f.text("url")
-    request_id = f.text("requestId")
+    request_id = f.ident("requestId")
     headers = f.optional("headers", _headers) or ()
     body = f.optional("bodyBase64", lambda value: decode(text(value)))
     timeout_ms = f.opt_uint("timeoutMs")

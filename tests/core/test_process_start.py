@@ -225,6 +225,20 @@ def test_duplicate_process_id_while_starting(w: World) -> None:
     assert result_of(w, first) == {"processId": "p", "sandboxType": "none"}
 
 
+def test_ids_the_server_keeps_are_bounded(w: World) -> None:
+    """A processId or writeId is kept as long as its process, 4096 writeIds each: a 24 MiB one
+    would cost that much per write. Past 256 characters they are refused, nothing spawned."""
+    before = len(w.of_type(Spawn))
+    long_start = w.request(1, "process/start", start_params("p" * 257))
+    assert error_of(w, long_start) == {
+        "code": -32602, "message": "processId is longer than 256 characters"}
+    assert len(w.of_type(Spawn)) == before
+    run(w, "q" * 256)  # the longest allowed
+    long_write = w.request(1, "process/write", {"processId": "q" * 256, "chunk": "",
+                                                "writeId": "w" * 257})
+    assert error_of(w, long_write)["message"] == "writeId is longer than 256 characters"
+
+
 def test_duplicate_process_id_while_running_exited_and_closed(
     make_world: Callable[..., World],
 ) -> None:

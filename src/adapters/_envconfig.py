@@ -6,6 +6,9 @@ defaulting to ~/.codex), and the project's (<root>/.codex/config.toml, the root 
 work tree around ``cwd``, or ``cwd``) only when the user's config trusts that project. The
 requirements stack has the system file /etc/codex/requirements.toml. ``cloudInsertionIndex``
 is where a cloud layer would go: after the system layers.
+
+Every file is read through the call's `Scope`, as any fs call's: outside ``--fs-root``, or where
+the sandbox (and the server's own secrets) deny reading, a layer is as if absent.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 from execproto import INTERNAL_ERROR, RpcError, uri_from_path
 
 from . import _toml
+from ._beneath import Scope
 
 SYSTEM_DIR = "/etc/codex"
 
@@ -27,11 +31,15 @@ def codex_home() -> str:
     return os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
 
 
-def _load(path: str) -> dict[str, Any] | None:
+def _load(path: str, scope: Scope) -> dict[str, Any] | None:
     try:
-        with open(path, "rb") as file:
+        fd, _ = scope.open(path, os.O_RDONLY | os.O_NONBLOCK, "read")
+    except (FileNotFoundError, NotADirectoryError, RpcError):
+        return None
+    try:
+        with open(fd, "rb") as file:
             return tomllib.load(file)
-    except (FileNotFoundError, NotADirectoryError):
+    except IsADirectoryError:
         return None
     except tomllib.TOMLDecodeError as exc:
         raise RpcError(INTERNAL_ERROR, f"failed to parse {path}: {exc}") from None
@@ -53,10 +61,10 @@ def select(document: dict[str, Any], paths: Sequence[Sequence[str]]) -> dict[str
     return out
 
 
-def _project_root(cwd: str) -> str:
+def _project_root(cwd: str, scope: Scope) -> str:
     here = cwd
     while True:
-        if os.path.exists(os.path.join(here, ".git")):
+        if scope.exists(os.path.join(here, ".git")):
             return here
         parent = os.path.dirname(here)
         if parent == here:
@@ -71,12 +79,12 @@ def _trusted(user: dict[str, Any] | None, root: str) -> bool:
 
 
 def _stack(files: list[tuple[str, str, str]], paths: Sequence[Sequence[str]],
-           system: int) -> dict[str, Any]:
+           system: int, scope: Scope) -> dict[str, Any]:
     """``files``: (source label, file, base dir). ``system``: how many lead as system layers."""
     layers = []
     inserted = 0
     for index, (source, path, base) in enumerate(files):
-        document = _load(path)
+        document = _load(path, scope)
         chosen = select(document, paths) if document is not None else {}
         if chosen:
             layers.append({"source": source, "baseDir": uri_from_path(base),
@@ -85,14 +93,14 @@ def _stack(files: list[tuple[str, str, str]], paths: Sequence[Sequence[str]],
     return {"layers": layers, "cloudInsertionIndex": inserted}
 
 
-def read(p: dict[str, Any]) -> dict[str, Any]:
+def read(p: dict[str, Any], scope: Scope) -> dict[str, Any]:
     home = codex_home()
     user_file = os.path.join(home, "config.toml")
     system_file = os.path.join(SYSTEM_DIR, "config.toml")
     files = [(f"system ({system_file})", system_file, SYSTEM_DIR),
              (f"user ({user_file})", user_file, home)]
-    root = _project_root(os.path.normpath(p["cwd"]))
-    if _trusted(_load(user_file), root):
+    root = _project_root(os.path.normpath(p["cwd"]), scope)
+    if _trusted(_load(user_file, scope), root):
         project_dir = os.path.join(root, ".codex")
         project_file = os.path.join(project_dir, "config.toml")
         files.append((f"project ({project_file})", project_file, project_dir))
@@ -101,7 +109,7 @@ def read(p: dict[str, Any]) -> dict[str, Any]:
         "userHomeDir": uri_from_path(os.path.expanduser("~")),
         "codexHomeDir": uri_from_path(home),
         "hostname": socket.gethostname(),
-        "config": _stack(files, p["configPaths"], system=1),
+        "config": _stack(files, p["configPaths"], system=1, scope=scope),
         "requirements": _stack([(requirements, requirements, SYSTEM_DIR)],
-                               p["requirementsPaths"], system=1),
+                               p["requirementsPaths"], system=1, scope=scope),
     }

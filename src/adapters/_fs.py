@@ -80,8 +80,8 @@ class Files:
             "fs/readBlock": self._read_block,
             "fs/writeBlock": self._write_block,
             "fs/close": self._close,
-            "environmentConfig/read": lambda conn, p, scope: _envconfig.read(p),
-            "capabilities/discoverV2": lambda conn, p, scope: _skills.discover_home(p),
+            "environmentConfig/read": lambda conn, p, scope: _envconfig.read(p, scope),
+            "capabilities/discoverV2": lambda conn, p, scope: _skills.discover_home(p, scope),
             "capabilityRoots/discoverV1": lambda conn, p, scope: _skills.discover_roots(p, scope),
         }
 

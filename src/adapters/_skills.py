@@ -96,18 +96,23 @@ def front_matter(text: str) -> dict[str, str]:
     return fields
 
 
-def discover_home(p: dict[str, Any]) -> dict[str, Any]:
+def discover_home(p: dict[str, Any], scope: Scope) -> dict[str, Any]:
+    """The skills in $CODEX_HOME/skills, looked for through ``scope`` as any fs call's."""
     base = os.path.join(codex_home(), "skills")
     skills = []
     try:
-        names = sorted(os.listdir(base), key=os.fsencode)
-    except OSError:
+        fd, _ = scope.open(base, os.O_RDONLY | os.O_DIRECTORY, "read")
+        try:
+            names = sorted(os.listdir(fd), key=os.fsencode)
+        finally:
+            os.close(fd)
+    except (OSError, RpcError):
         names = []
     for name in names:
         path = os.path.join(base, name, SKILL_FILE)
         try:
-            fields = front_matter(_read(path))
-        except OSError:
+            fields = front_matter(_read(path, scope))
+        except (OSError, RpcError):
             continue
         if not fields.get("name") or not fields.get("description"):
             continue  # not a usable skill: Codex needs both

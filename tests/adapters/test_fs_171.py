@@ -250,3 +250,26 @@ def test_capability_discovery(homes: tuple[Client, Path]) -> None:
         uri(tmp_path / "proj" / ".codex" / "skills" / "s" / "SKILL.md")]
     assert found["skills"][0]["instructions"]["contents"] == "---\nname: s\n---\n"
     assert none["error"].endswith("No such file or directory (os error 2)")
+
+
+def test_environment_config_and_skills_obey_the_fs_root(adapter: str, tmp_path: Path) -> None:
+    """The executor's Codex config and skills are files like any other: with ``--fs-root``
+    they are read only inside it, so a client confined to its workspace cannot read the
+    operator's config (tokens of MCP servers, say) through these calls."""
+    home, root = tmp_path / "codex-home", tmp_path / "root"
+    (home / "skills" / "demo").mkdir(parents=True)
+    (home / "skills" / "demo" / "SKILL.md").write_text("---\nname: d\ndescription: x\n---\n")
+    (home / "config.toml").write_text('[mcp_servers.db]\nenv = { TOKEN = "s3cret" }\n')
+    root.mkdir()
+    asked = {"cwd": uri(root), "configPaths": [["mcp_servers"]], "requirementsPaths": []}
+    for roots, seen in (((), True), (("--fs-root", str(root)), False)):
+        server = Server(adapter, *roots, env={"CODEX_HOME": str(home)})
+        try:
+            c = server.client()
+            layers = c.result("environmentConfig/read", asked)["config"]["layers"]
+            user = [layer for layer in layers if layer["source"].startswith("user")]
+            assert bool(user) is seen and ("s3cret" in str(layers)) is seen, (roots, layers)
+            skills = c.result("capabilities/discoverV2", {"cwd": uri(root)})["skills"]
+            assert bool(skills) is seen, (roots, skills)
+        finally:
+            server.stop()

@@ -12,12 +12,18 @@ excludes), ``*PASS*`` (``*PASSWORD*`` with it) and ``*CREDENTIAL*``, and any val
 URL's credentials (``postgres://user:pw@host``), are filler too, and so are those values
 wherever a `Spawn` inherited them. Replay feeds the filler environment to the fresh core,
 which then spawns with the same filler: the core copies values and never looks inside them.
+
+The values of ``http/request`` headers that carry credentials (`secret_header`: Authorization,
+Cookie and the like, and names matching the secret patterns) are filler too, in the request,
+in the `RunHttp` it becomes, and in the response's headers (Set-Cookie). URLs, bodies and every
+other header stay as they are.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from typing import Any
 
@@ -25,8 +31,8 @@ import attrs
 
 from ._config import Host
 from ._env import DEFAULT_EXCLUDES, _matches
-from .actions import Send, Spawn, WriteStdin
-from .events import MessageReceived, OutputReceived
+from .actions import RunHttp, Send, Spawn, WriteStdin
+from .events import HttpResponded, MessageReceived, OutputReceived
 
 FILLER = b"x"
 # The server's variables a shared trace must not show: the env policy's default excludes, and
@@ -39,6 +45,41 @@ def secret(name: str, value: str) -> bool:
     return _matches(name, SECRET_NAMES) or _URL_CREDENTIALS.search(value) is not None
 
 _CHUNK = re.compile(rb'("chunk"\s*:\s*")([A-Za-z0-9+/=]*)(")')
+
+# Headers whose values are credentials, beside names matching SECRET_NAMES (X-Api-Key...).
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
+# A header as JSON writes it, {"name": ..., "value": ...}, in either order.
+_STRING = rb'"((?:[^"\\]|\\.)*)"'
+_HEADER = re.compile(rb'"name"\s*:\s*' + _STRING + rb'\s*,\s*"value"\s*:\s*' + _STRING
+                     + rb'|"value"\s*:\s*' + _STRING + rb'\s*,\s*"name"\s*:\s*' + _STRING)
+
+
+def secret_header(name: str) -> bool:
+    return name.lower() in SECRET_HEADERS or _matches(name, SECRET_NAMES)
+
+
+def _header(match: re.Match[bytes]) -> bytes:
+    """A secret header's value as filler of as many characters as it has once decoded, so the
+    header a replayed core copies is the filler the recorded action has."""
+    name, value, first = match.group(1, 2, 0)
+    start, end = match.span(2)
+    if name is None:
+        value, name = match.group(3, 4)
+        start, end = match.span(3)
+    try:
+        shown = json.loads(b'"' + name + b'"')
+        length = len(json.loads(b'"' + value + b'"'))
+    except ValueError:
+        return first  # not JSON: the core refuses it, and says why
+    if not secret_header(shown):
+        return first
+    offset = match.start(0)
+    return first[:start - offset] + FILLER * length + first[end - offset:]
+
+
+def _headers(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, _hidden(value) if secret_header(name) else value)
+                 for name, value in headers)
 
 
 def filler(size: int) -> bytes:
@@ -57,12 +98,15 @@ def _chunk(match: re.Match[bytes]) -> bytes:
 def redact_frame(data: bytes | str) -> bytes | str:
     if isinstance(data, str):
         encoded = data.encode("utf-8", "surrogatepass")
-        return _CHUNK.sub(_chunk, encoded).decode("utf-8", "surrogatepass")
+        return redact_bytes(encoded).decode("utf-8", "surrogatepass")
     return redact_bytes(data)
 
 
 def redact_bytes(data: bytes) -> bytes:
-    return _CHUNK.sub(_chunk, data)
+    data = _CHUNK.sub(_chunk, data)
+    if b'"name"' in data:
+        data = _HEADER.sub(_header, data)
+    return data
 
 
 def redact(value: Any) -> Any:
@@ -75,6 +119,11 @@ def redact(value: Any) -> Any:
         return attrs.evolve(value, data=redact_frame(value.data))
     if isinstance(value, Send):
         return attrs.evolve(value, data=redact_bytes(value.data))
+    if isinstance(value, RunHttp):
+        return attrs.evolve(value, request=attrs.evolve(
+            value.request, headers=_headers(value.request.headers)))
+    if isinstance(value, HttpResponded):
+        return attrs.evolve(value, headers=_headers(value.headers))
     return value
 
 

@@ -83,7 +83,8 @@ def _header(config: Config, host: Host, redacted: bool) -> dict[str, Any]:
         "host": attrs.asdict(host),
     }
     if redacted:
-        header["redacted"] = ["process output", "stdin", "secret variables"]
+        header["redacted"] = ["process output", "stdin", "secret variables",
+                              "secret headers"]
     return header
 
 

@@ -519,11 +519,33 @@ def test_a_redacted_trace_holds_no_payload_and_still_replays() -> None:
         for form in (secret, secret * 5):
             assert b64(form) not in text and form.decode() not in text
     assert b64(b"x" * len(SECRET_IN)) in text  # same length, so replies and drops agree
-    assert json.loads(h.lines[0])["redacted"] == ["process output", "stdin", "secret variables"]
+    assert json.loads(h.lines[0])["redacted"] == [
+        "process output", "stdin", "secret variables", "secret headers"]
     assert replay(h.lines).ok
     # What the live core did is untouched: the real bytes went to the process and the client.
     assert WriteStdin(proc=1, data=SECRET_IN) in h.actions
     assert any(SECRET_OUT in unb64(m["params"]["chunk"]) for m in h.notifications(1))
+
+
+def test_a_redacted_trace_hides_credential_headers_both_ways_and_still_replays() -> None:
+    h = Harness()
+    h.lines.clear()
+    h.core = Recorder(ServerCore(Config()), h.lines.append, redact=True)
+    h.connect(1)
+    h.handshake(1)
+    headers = [{"name": "Authorization", "value": "Bearer tok\u00e9n-1"},
+               {"value": "k-2", "name": "X-Api-Key"}, {"name": "Accept", "value": "kept/1"}]
+    h.request(1, "http/request", {"method": "GET", "url": "http://h/", "requestId": "r",
+                                  "headers": headers})
+    run_http = h.of_type(RunHttp)[-1]
+    assert ("Authorization", "Bearer tok\u00e9n-1") in run_http.request.headers  # live: real
+    h.feed(HttpResponded(op=run_http.op, status=200,
+                         headers=(("Set-Cookie", "sid=c-3"), ("Server", "kept/2"))))
+    text = "\n".join(h.lines)
+    for secret in ("tok", "k-2", "c-3"):
+        assert secret not in text
+    assert "kept/1" in text and "kept/2" in text and "x" * len("Bearer tok\u00e9n-1") in text
+    assert replay(h.lines).ok
 
 
 def test_an_unredacted_trace_keeps_the_payloads() -> None:

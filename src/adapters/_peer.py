@@ -95,12 +95,14 @@ class WaterMarks:
 class Gate:
     """One server's bounds on connections still in their websocket upgrade.
 
-    Past the cap, the oldest of them is closed to make room if it has had `SPARE` seconds
-    (an honest client finishes its upgrade in one round trip); otherwise the newcomer is. So
-    idle half-open connections cannot lock clients out, and only a flood of fresh ones can.
+    Past the cap, the oldest of them that has had `SPARE` seconds is closed to make room (an
+    honest client finishes its upgrade in one round trip, and one with the token leaves the
+    gate at once); otherwise the newcomer is. A connection whose wrong token is being answered
+    late keeps its place: closing it early would tell its client the token was wrong sooner.
+    So half-open connections, however fast they come, give way to the clients that finish.
     """
 
-    SPARE = 1.0
+    SPARE = 0.05
 
     def __init__(self, config: Config | None) -> None:
         config = config or Config()
@@ -113,11 +115,13 @@ class Gate:
         """Whether a new connection may begin its upgrade; if not, close it at once."""
         if len(self.upgrading) < self.limit:
             return True
-        oldest, since = next(iter(self.upgrading.items()))
-        if now - since < self.SPARE:
-            return False
-        oldest.time_out(f"{self.limit} connections in their upgrade")
-        return True
+        for peer, since in self.upgrading.items():
+            if now - since < self.SPARE:
+                return False  # and every later one is younger
+            if not peer.refusing:
+                peer.time_out(f"{self.limit} connections in their upgrade")
+                return True
+        return False
 
 
 class Peer:
@@ -250,6 +254,7 @@ class WsPeer(Peer):
         self._socket = ServerSocket(token=token)
         self._label = label
         self._gate: Gate | None = gate  # until the upgrade is done or the connection gone
+        self.refusing = False  # a wrong token's answer is waiting for AUTH_DELAY
         loop = driver.loop
         gate.upgrading[self] = loop.now()
         self._too_slow = loop.call_at(loop.now() + gate.timeout,
@@ -295,6 +300,7 @@ class WsPeer(Peer):
             log.warning("connection from %s refused: %s", label, got.refused,
                         extra={"fields": {"peer": label, "refused": got.refused}})
         if got.delayed:
+            self.refusing = True
             loop = self.driver.loop
             loop.call_at(loop.now() + AUTH_DELAY, lambda: self._refuse_late(bytes(got.send)))
             return

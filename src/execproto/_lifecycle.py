@@ -63,7 +63,8 @@ What happens when
   ``session_ttl``. Output goes on into the logs.
 - *connection opened*: GREET due after ``handshake_timeout``, cancelled once its
   ``initialize`` is answered or it closes; when due, a connection still without one is closed
-  (1008), so connections that never initialize cannot hold every place.
+  (1008), so connections that never initialize cannot hold every place. Past
+  ``max_connections`` the oldest of those that had ``MAKE_ROOM_AFTER`` makes room (1013).
 - *resumed* (``initialize`` with ``resumeSessionId``, detached only): EXPIRE cancelled; with
   output acks every live process not stopping is held; pauses (the new connection may be blocked)
   and the held total (it no longer counts) are synced.

@@ -94,6 +94,9 @@ _FS_METHODS = (
 PROTOCOL_ERROR = 1002
 GOING_AWAY = 1001
 TRY_AGAIN_LATER = 1013
+# Seconds a connection keeps its place however many come after it: an honest client sends
+# initialize one round trip after its upgrade; a client's that never does are the first to go.
+MAKE_ROOM_AFTER = 0.25
 POLICY_VIOLATION = 1008
 
 
@@ -244,17 +247,34 @@ class ServerCore(ProcessHandlers, WatchHandlers):
     def _on_connection_opened(self, event: ConnectionOpened) -> None:
         if event.conn in self._conns:
             raise LocalProtocolError(f"connection {event.conn} is already open")
-        c = Connection(event.conn, event.session_id, event.label)
+        c = Connection(event.conn, event.session_id, event.label, self._now)
         self._conns[event.conn] = c
         if self._shutting_down:
             self._close_connection(c, "server shutting down", GOING_AWAY)
-        elif len(self._conns) > self.config.max_connections:
+        elif not self._room_for(c):
             reason = f"too many connections: at most {self.config.max_connections}"
             self._close_connection(c, reason, TRY_AGAIN_LATER)
         else:
             # A connection that never initializes would hold its place among max_connections
             # for as long as its client liked: it gets the handshake's time, then is closed.
             self._set_timer((Timer.GREET, c.conn), self.config.handshake_timeout)
+
+    def _room_for(self, newcomer: Connection) -> bool:
+        """Whether ``newcomer`` fits under ``max_connections``. When full, the oldest connection
+        that has not sent ``initialize`` in `MAKE_ROOM_AFTER` seconds makes room (1013): so
+        connections that never initialize cannot lock out a client that would."""
+        staying = [c for c in self._conns.values() if not c.closing]
+        if len(staying) <= self.config.max_connections:
+            return True
+        for c in staying:  # oldest first
+            if self._now - c.opened < MAKE_ROOM_AFTER:
+                break  # and every later one is younger
+            if c.handshake is Handshake.NEW and c is not newcomer:
+                self._close_connection(
+                    c, f"too many connections: at most {self.config.max_connections}, and "
+                    "this one sent no initialize", TRY_AGAIN_LATER)
+                return True
+        return False
 
     def _on_shutdown(self, event: Shutdown) -> None:
         self._shutting_down = True

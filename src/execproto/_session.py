@@ -50,6 +50,7 @@ class PendingRead:
 class Connection:
     __slots__ = (
         "conn",
+        "opened",
         "new_session_id",
         "label",
         "closing",
@@ -63,8 +64,9 @@ class Connection:
         "http_streams",
     )
 
-    def __init__(self, conn: int, new_session_id: str, label: str) -> None:
+    def __init__(self, conn: int, new_session_id: str, label: str, opened: float = 0.0) -> None:
         self.conn = conn
+        self.opened = opened  # when the adapter reported it open
         self.new_session_id = new_session_id
         self.label = label
         # The core asked the adapter to close it (a protocol violation); ignore what follows.

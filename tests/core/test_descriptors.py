@@ -93,6 +93,30 @@ def test_without_a_known_limit_only_the_counts_apply() -> None:
         h.start(1, name)
 
 
+def test_connections_that_never_initialize_make_room_for_newcomers() -> None:
+    """One client holding every place with connections that never send initialize: when the
+    cap is reached, the oldest of those that had MAKE_ROOM_AFTER is closed for the newcomer; a
+    connection that initialized, or a younger one, keeps its place."""
+    h = harness(Config(max_connections=3))  # conn 1 initialized
+    h.connect(2)
+    h.advance(0.1)
+    h.connect(3)
+    closes = len(h.of_type(CloseConnection))
+    h.advance(0.2)  # conn 2 is 0.3 s old, conn 3 0.2 s
+    h.connect(4)
+    h.connect(5)  # 2 is closing: 3 is the oldest staying, but too young
+    evicted = [(a.conn, a.code) for a in h.of_type(CloseConnection)[closes:]]
+    assert evicted == [(2, 1013), (5, 1013)]
+    assert "sent no initialize" in h.of_type(CloseConnection)[closes].reason
+    h.disconnect(2)
+    h.disconnect(5)
+    h.handshake(4)  # the newcomer got in
+    h.advance(0.3)
+    h.handshake(3)  # everyone initialized: the newcomer is the one refused
+    h.connect(6)
+    assert [(a.conn, a.code) for a in h.of_type(CloseConnection)[closes + 2:]] == [(6, 1013)]
+
+
 def test_a_connection_past_the_cap_is_closed_at_once_and_its_place_reused() -> None:
     h = harness(Config(max_connections=2))
     h.connect(2)

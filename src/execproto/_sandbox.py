@@ -35,7 +35,7 @@ import attrs
 from ._errors import INVALID_PARAMS, RpcError, invalid_params, invalid_request
 from ._fields import Fields, text, wrong_type
 from ._jsonrpc import describe
-from ._paths import ForeignPath, parse_uri
+from ._paths import PATH_MAX, ForeignPath, parse_uri
 from ._policy import PathRule, Policy
 
 CANNOT_ENFORCE = "sandbox intent cannot be enforced on this executor"
@@ -169,8 +169,12 @@ def _entry(raw: Any, uris: _Uris) -> _Entry:
 
 
 def _no_nul(value: str, field: str) -> str:
+    """A pattern or subpath, bounded as a path is: each costs work per start (joined, resolved,
+    matched against every entry a pattern expands to), so a 48 KB one must not get that far."""
     if "\x00" in value:
         raise invalid_params(f"a sandbox {field} must not contain a NUL byte")
+    if len(value.encode("utf-8", "surrogatepass")) >= PATH_MAX:
+        raise invalid_params(f"a sandbox {field} is longer than {PATH_MAX - 1} bytes")
     return value
 
 

@@ -342,6 +342,15 @@ def test_a_sandbox_of_too_many_entries_or_nul_bytes_is_refused() -> None:
     glob = changed(ENTRY + ["path"], {"type": "glob_pattern", "pattern": "*\x00"})
     assert error_for(glob) == {
         "code": -32602, "message": "a sandbox pattern must not contain a NUL byte"}
+    # As long as a path may be, and no longer: a 48 KB subpath cost seconds of every start.
+    longest = changed(ENTRY, special("project_roots", "read", "a" * 4095))
+    assert error_for(longest) is None
+    long_sub = changed(ENTRY, special("project_roots", "read", "a/" * 24000))
+    assert error_for(long_sub) == {
+        "code": -32602, "message": "a sandbox subpath is longer than 4095 bytes"}
+    long_glob = changed(ENTRY + ["path"], {"type": "glob_pattern", "pattern": "*" * 4096})
+    assert error_for(long_glob) == {
+        "code": -32602, "message": "a sandbox pattern is longer than 4095 bytes"}
 
 
 def test_looking_rules_up_costs_the_depth_not_the_count() -> None:

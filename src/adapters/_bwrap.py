@@ -186,9 +186,10 @@ class Sandbox:
                     continue  # nothing to bind: the parent's rule governs the place
                 self._missing.add(real)
             rules.append(PathRule(path=real, access=rule.access))
+        budget = _glob.Budget()
         for pattern in policy.deny_globs:
             try:
-                matches = _glob.expand(pattern)
+                matches = _glob.expand(pattern, budget)
             except _glob.TooBroad as exc:
                 raise CannotEnforce(f"the deny pattern {pattern}: {exc}") from None
             rules += [PathRule(path=os.path.realpath(m), access="none") for m in matches]

@@ -57,6 +57,7 @@ from execproto.events import Stream
 
 from . import _cgroups, _http, _posix
 from ._fs import Files
+from ._shares import Shares
 from ._watch import Watches
 from .backends import Backend, LocalBackend, Refused
 
@@ -75,6 +76,12 @@ TRIM_INTERVAL = 2.0  # seconds between releases of free heap memory (a no-op tri
 HTTP_PIECES_AHEAD = 4
 HTTP_RECHECK = 0.05  # seconds between looks at a blocked connection, for a waiting stream
 
+# The pools' shares (`_shares`): fs calls, 8 threads, at most 4 of a connection's at once;
+# http calls likewise; sandboxes prepared and cleaned up one at a time, sessions in turn.
+FS_WORKERS, FS_PER_CONNECTION = 8, 4
+HTTP_PER_CONNECTION = 4
+PREP_WORKERS = 1
+
 # What ends input on a terminal: closing our copy of the pty would not, as the reader of
 # the other side only sees end-of-file when the line discipline gets ^D.
 END_OF_TERMINAL_INPUT = b"\x04"
@@ -82,6 +89,10 @@ END_OF_TERMINAL_INPUT = b"\x04"
 # After the core failed: how long the stop waits for the connections' close frames to go out
 # (a client that reads nothing must not hold the server up).
 CLOSE_WAIT = 1.0
+
+
+def _ignore(result: Any) -> None:
+    """An http call's work answers for itself, through `post`."""
 
 
 class CoreFailed(Exception):
@@ -141,7 +152,12 @@ class Driver:
         self._stdin_closing: set[int] = set()
         # http calls in flight: op -> (set to cancel it, whether its body streams)
         self._http: dict[int, tuple[threading.Event, bool]] = {}
-        self._http_pool = _http.Pool()
+        self._http_pool = Shares(loop.post, _http.WORKERS, HTTP_PER_CONNECTION, "execproto-http")
+        self.fs_pool = Shares(loop.post, FS_WORKERS, FS_PER_CONNECTION, "execproto-fs")
+        # Sandboxes are set up and cleaned up off the owner: deny patterns alone may look at
+        # 50,000 directory entries. Only here, one at a time, as the backend's placeholders
+        # are shared by every sandbox.
+        self._prep = Shares(loop.post, PREP_WORKERS, 1, "execproto-sandbox")
         self._http_conns: dict[int, int] = {}  # op of a streamed response -> its connection
         self._sent_to: int | None = None  # the connection of the latest Send
         self._cancel_tick: Callable[[], None] | None = None
@@ -323,6 +339,11 @@ class Driver:
         if peer is not None:
             peer.send(action.data)
 
+    def connection_gone(self, conn: int) -> None:
+        """Its fs and http calls still queued are not run: nobody would read their answers."""
+        self.fs_pool.drop(conn)
+        self._http_pool.drop(conn)
+
     def _close_connection(self, action: CloseConnection) -> None:
         peer = self.peers.get(action.conn)
         if peer is not None:
@@ -331,16 +352,25 @@ class Driver:
     # -- processes ------------------------------------------------------------------------------
 
     def _spawn(self, action: Spawn) -> None:
+        if action.spec.sandbox is None:  # nothing slow to prepare: spawned at once
+            self._spawn_prepared(action, self._prepare(action.spec))
+            return
+        self._prep.submit(action.spec.session_id, partial(self._prepare, action.spec),
+                          partial(self._spawn_prepared, action))
+
+    def _prepare(self, spec: Any) -> Any:
+        """The backend's ExecSpec for ``spec``, or the exception that says why there is none."""
         try:
-            prepared = self.backend.prepare(action.spec)
-        except Refused as exc:
-            self.feed(SpawnFailed(proc=action.proc, error=str(exc), refused=True))
+            return self.backend.prepare(spec)
+        except Exception as exc:  # noqa: BLE001 - each kind is answered in _spawn_prepared
+            return exc
+
+    def _spawn_prepared(self, action: Spawn, prepared: Any) -> None:
+        if isinstance(prepared, BaseException):
+            self._prepare_failed(action, prepared)
             return
-        except _posix.SpawnError as exc:
-            self.feed(SpawnFailed(proc=action.proc, error=str(exc), kind=exc.kind))
-            return
-        except OSError as exc:  # the sandbox could not be set up
-            self.feed(SpawnFailed(proc=action.proc, error=_posix.os_error_text(exc)))
+        if self.failure is not None:  # the core failed while this was prepared: never spawned
+            self._finalize_backend(action.proc, prepared.token, "failed", None, True)
             return
         # From here the backend is owed exactly one finalize, whatever happens to the spawn.
         self._tokens[action.proc] = prepared.token
@@ -378,6 +408,18 @@ class Driver:
         self.loop.watch_read(child.pidfd, lambda: self._on_exit(action.proc))
         for stream in child.outputs:
             self._watch_output(action.proc, stream)
+
+    def _prepare_failed(self, action: Spawn, exc: BaseException) -> None:
+        if isinstance(exc, Refused):
+            failed = SpawnFailed(proc=action.proc, error=str(exc), refused=True)
+        elif isinstance(exc, _posix.SpawnError):
+            failed = SpawnFailed(proc=action.proc, error=str(exc), kind=exc.kind)
+        elif isinstance(exc, OSError):  # the sandbox could not be set up
+            failed = SpawnFailed(proc=action.proc, error=_posix.os_error_text(exc))
+        else:  # a bug in the backend: the start still gets its answer
+            log.error("preparing process %d failed", action.proc, exc_info=exc)
+            failed = SpawnFailed(proc=action.proc, error=f"{type(exc).__name__}: {exc}")
+        self.feed(failed)
 
     def _watch_output(self, proc: int, stream: Stream) -> None:
         fd = self._children[proc].outputs[stream]
@@ -505,11 +547,32 @@ class Driver:
         self._tree.finished(action.proc)  # a terminated process leaves nothing behind
         if action.proc in self._tokens:
             token = self._tokens.pop(action.proc)
+            self._finalize_backend(action.proc, token, action.status, action.exit_code,
+                                   action.timed_out)
+
+    def _finalize_backend(self, proc: int, token: Any, status: str, exit_code: int | None,
+                          timed_out: bool) -> None:
+        """The backend's finalize; a sandbox's off the owner, in turn with the preparations
+        (its placeholders are theirs too)."""
+        def work() -> None:
+            self.backend.finalize(token, status, exit_code, timed_out)
+
+        def done(outcome: Any) -> None:
+            if isinstance(outcome, BaseException):
+                log.error("the backend's finalize failed for process %d", proc, exc_info=outcome)
+                if self.failure is None:
+                    self.feed(FinalizeFailed(proc=proc,
+                                             error=f"{type(outcome).__name__}: {outcome}"))
+
+        if not token:  # nothing of a sandbox to clean up
             try:
-                self.backend.finalize(token, action.status, action.exit_code, action.timed_out)
-            except Exception as exc:
-                log.exception("the backend's finalize failed for process %d", action.proc)
-                self.feed(FinalizeFailed(proc=action.proc, error=f"{type(exc).__name__}: {exc}"))
+                work()
+                outcome: Any = None
+            except Exception as exc:  # noqa: BLE001 - reported by done
+                outcome = exc
+            done(outcome)
+            return
+        self._prep.submit(None, work, done)
 
     def _release(self, proc: int, child: _posix.Child) -> None:
         """Stop watching the child, reap it and close whatever of its pipes is still open."""
@@ -534,7 +597,7 @@ class Driver:
             result, error = outcome
             self.feed(FsCompleted(op=action.op, result=result, error=error))
 
-        self.loop.run_blocking(lambda: self.files.run(action.conn, action.request), done)
+        self.fs_pool.submit(action.conn, partial(self.files.run, action.conn, action.request), done)
 
     def _run_http(self, action: RunHttp) -> None:
         request = action.request
@@ -569,7 +632,7 @@ class Driver:
                 why = str(exc)
                 post(lambda: self._http_event(HttpFinished(op=op, error=why)))
 
-        self._http_pool.submit(work)
+        self._http_pool.submit(action.conn, work, _ignore)
 
     def _http_event(self, event: HttpResponded | HttpBodyReceived | HttpFinished,
                     sent: Callable[[], None] | None = None) -> None:
@@ -617,6 +680,7 @@ class Driver:
 
     def close(self) -> None:
         """After the stop: kill whatever the processes left running, and remove their cgroups."""
+        self.fs_pool.close()
         self._tree.close()
         self._tree = _cgroups.NoTree()
 

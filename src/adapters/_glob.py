@@ -8,7 +8,8 @@ makes `**` endless, and `/proc/*/root` loops back to `/`), it skips dot files (s
 would not cover `secrets/.key`), and it has no budget. This walk follows no symlink, matches
 dot files, skips the kernel's own trees, and gives up past a fixed number of directory
 entries: a pattern it cannot expand in full is refused, since a deny that covers part of what
-it names would be a lie.
+it names would be a lie. One `Budget` is shared by every pattern of a start, so 256 patterns
+cost what one may, not 256 times that.
 """
 
 from __future__ import annotations
@@ -21,46 +22,57 @@ from execproto._globs import ANY_DIRECTORIES, name_matches, parts
 # The kernel's own trees: a fresh /proc and /dev in every sandbox, and /sys is no place for
 # a workspace's secrets; walking them is slow and, for /proc, endless.
 SKIPPED = ("/proc", "/sys", "/dev")
-MAX_VISITS = 20_000  # directory entries looked at, for one pattern (on the owner thread)
+# Directory entries looked at and paths matched, for all the patterns of one start together
+# (about 0.3 s of a worker thread at most; each match becomes a mount).
+MAX_VISITS = 50_000
 MAX_MATCHES = 4096
 
 
 class TooBroad(Exception):
-    """The pattern reaches more than the budget allows."""
+    """The patterns reach more than the budget allows."""
 
 
-def expand(pattern: str) -> list[str]:
-    """The existing paths an absolute ``pattern`` matches (``**``: any number of directories)."""
+class Budget:
+    """What the expansions of one start may still look at and find."""
+
+    def __init__(self) -> None:
+        self.visits = 0
+        self.matches = 0
+
+
+def expand(pattern: str, budget: Budget | None = None) -> list[str]:
+    """The existing paths an absolute ``pattern`` matches (``**``: any number of directories),
+    counted against ``budget`` (by default, a fresh one)."""
     found: list[str] = []
-    visits = [0]
-    _walk("/", list(parts(pattern)), found, visits)
+    _walk("/", list(parts(pattern)), found, budget or Budget())
     return found
 
 
-def _walk(base: str, wanted: list[str], found: list[str], visits: list[int]) -> None:
+def _walk(base: str, wanted: list[str], found: list[str], budget: Budget) -> None:
     if not wanted:
-        if len(found) >= MAX_MATCHES:
-            raise TooBroad(f"it matches over {MAX_MATCHES} paths")
+        budget.matches += 1
+        if budget.matches > MAX_MATCHES:
+            raise TooBroad(f"the deny patterns match over {MAX_MATCHES} paths")
         found.append(base)
         return
     head, rest = wanted[0], wanted[1:]
     if head == ANY_DIRECTORIES:
-        _walk(base, rest, found, visits)  # zero directories
-        for child in _children(base, visits):
+        _walk(base, rest, found, budget)  # zero directories
+        for child in _children(base, budget):
             if _is_dir(child):
-                _walk(child, wanted, found, visits)  # one more, and perhaps others
+                _walk(child, wanted, found, budget)  # one more, and perhaps others
         return
     if not any(char in head for char in "*?["):
         child = os.path.join(base, head)
         if os.path.lexists(child) and not _skipped(child) and (not rest or _is_dir(child)):
-            _walk(child, rest, found, visits)
+            _walk(child, rest, found, budget)
         return
-    for child in _children(base, visits):
+    for child in _children(base, budget):
         if name_matches(os.path.basename(child), head) and (not rest or _is_dir(child)):
-            _walk(child, rest, found, visits)
+            _walk(child, rest, found, budget)
 
 
-def _children(directory: str, visits: list[int]) -> list[str]:
+def _children(directory: str, budget: Budget) -> list[str]:
     if _skipped(directory):
         return []
     try:
@@ -68,9 +80,10 @@ def _children(directory: str, visits: list[int]) -> list[str]:
             names = [entry.path for entry in listing]
     except OSError:
         return []  # unreadable or gone: nothing of it can be matched
-    visits[0] += len(names)
-    if visits[0] > MAX_VISITS:
-        raise TooBroad(f"expanding it looks at over {MAX_VISITS} directory entries")
+    budget.visits += len(names)
+    if budget.visits > MAX_VISITS:
+        raise TooBroad(f"expanding the deny patterns looks at over {MAX_VISITS} directory "
+                       "entries")
     return sorted(names)
 
 

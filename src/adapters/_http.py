@@ -1,18 +1,18 @@
 """The blocking work behind ``http/request``: HTTP/1.1 with h11 over our own sockets.
 
-Runs on a `Pool` of its own, so a hung server never holds up fs calls. `fetch` yields the
-response head, then body pieces; the driver turns them into the core's ``Http*`` events. TLS
-comes from the standard library with its default (verifying) context. Redirects are followed
-unless the request says stop. Every wait is cut into `SLICE`s, so a cancelled call (its client
-gone, or the server stopping) lets go of its thread within one: the name lookup (`_lookup`),
-the connect, the TLS handshake, each send and each read.
+Runs on threads of its own (the driver's `Shares`, a connection's share of them), so a hung
+server never holds up fs calls. `fetch` yields the response head, then body pieces; the driver
+turns them into the core's ``Http*`` events. TLS comes from the standard library with its
+default (verifying) context. Redirects are followed unless the request says stop. Every wait is
+cut into `SLICE`s, so a cancelled call (its client gone, or the server stopping) lets go of its
+thread within one: the name lookup (`_lookup`), the connect, the TLS handshake, each send and
+each read.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import queue
 import select
 import socket
 import ssl
@@ -39,37 +39,6 @@ SLICE = 0.25  # seconds a blocking wait lasts before the cancel flag is looked a
 WORKERS = 8  # threads for http calls; more calls wait their turn, fs calls never do
 
 T = TypeVar("T")
-
-
-class Pool:
-    """A few daemon threads for http calls. Daemons, so that a call between two slices never
-    keeps the process from exiting."""
-
-    def __init__(self, workers: int = WORKERS) -> None:
-        self._work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._workers = workers
-        self._started = 0
-        self._idle = 0  # threads waiting for work
-        self._queued = 0  # calls not yet taken by a thread
-        self._lock = threading.Lock()
-
-    def submit(self, work: Callable[[], None]) -> None:
-        with self._lock:
-            self._queued += 1
-            if self._queued > self._idle and self._started < self._workers:
-                self._started += 1
-                threading.Thread(target=self._run, name="execproto-http", daemon=True).start()
-        self._work.put(work)
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                self._idle += 1
-            work = self._work.get()
-            with self._lock:
-                self._idle -= 1
-                self._queued -= 1
-            work()  # it answers for itself, failures included
 
 
 def whole(pieces: Iterable[bytes], url: str) -> bytes:

@@ -159,6 +159,7 @@ class Peer:
             self.driver.peers.pop(self.conn, None)
             self.driver.feed(ConnectionClosed(conn=self.conn))
             self.driver.files.close_connection(self.conn)  # its fs/open handles go with it
+            self.driver.connection_gone(self.conn)  # and its calls still queued
         # The connection's functions hold the connection, which holds this peer: let go, so
         # that both (and the websocket's buffers) are freed now rather than at a full collection.
         self.write = _discard
@@ -167,11 +168,13 @@ class Peer:
     def blocked(self) -> None:
         self.stuck = True
         if self.open:
+            self.driver.fs_pool.hold(self.conn)  # answers nobody reads would only pile up
             self.driver.feed(SendBlocked(conn=self.conn))
 
     def drained(self) -> None:
         self.stuck = False
         if self.open:
+            self.driver.fs_pool.release(self.conn)
             self.driver.feed(SendDrained(conn=self.conn))
             if self._held:
                 # Not now: this may run while the driver is busy, where each message would

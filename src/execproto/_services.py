@@ -258,7 +258,7 @@ class ServiceHandlers(CoreState):
         c.ops.add(op)
         if entry.streaming:
             c.http_streams[request_id] = op
-        self._emit(RunHttp(op=op, request=request))
+        self._emit(RunHttp(op=op, conn=c.conn, request=request))
 
     def _http_entry(self, op: int) -> _Op | None:
         entry = self._ops.get(op)

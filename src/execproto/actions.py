@@ -227,9 +227,11 @@ class HttpRequest:
 
 @attrs.frozen(kw_only=True)
 class RunHttp(Action):
-    """Perform an HTTP request; answer with `HttpResponded`, then (streaming) body events."""
+    """Perform an HTTP request; answer with `HttpResponded`, then (streaming) body events.
+    ``conn`` is the connection it answers on: its share of the adapter's http threads."""
 
     op: int
+    conn: int
     request: HttpRequest
 
 

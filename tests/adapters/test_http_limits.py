@@ -12,6 +12,7 @@ import pytest
 
 from execproto import HttpRequest
 from execproto.adapters import _http
+from execproto.adapters._driver import HTTP_PER_CONNECTION
 
 from .conftest import STARVED, Server, start, uri
 from .test_limits import rss_mib
@@ -65,7 +66,7 @@ def silent() -> Iterator[Silent]:
     listener.sock.close()
 
 
-HUNG = 12  # more than any pool the server had before: every worker thread of it
+HUNG = 12  # more than any pool the server had before: every worker thread of it, once
 
 
 def hang(client: Client, url: str, count: int = HUNG, **extra: object) -> None:
@@ -78,7 +79,10 @@ def test_hung_http_calls_never_hold_up_fs_calls(server: Server, silent: Silent,
                                                 tmp_path: object) -> None:
     c = server.client()
     hang(c, silent.url)
-    silent.wait("accepted", _http.WORKERS)
+    # One connection gets its share of the http threads, and no more: its other calls wait.
+    silent.wait("accepted", HTTP_PER_CONNECTION)
+    time.sleep(0.5)
+    assert silent.accepted == HTTP_PER_CONNECTION
     other = server.client()
     for _ in range(20):
         began = time.monotonic()
@@ -86,13 +90,15 @@ def test_hung_http_calls_never_hold_up_fs_calls(server: Server, silent: Silent,
         assert time.monotonic() - began < STARVED
     start(other, "p", ["true"])
     other.events_until_closed("p")
+    hang(other, silent.url, 1)  # its own share is there for it
+    silent.wait("accepted", HTTP_PER_CONNECTION + 1)
     other.close()
     c.close()
     # Gone with their client: every connection to the silent server is closed, and the calls
     # that waited their turn never start.
-    silent.wait("ended", _http.WORKERS)
+    silent.wait("ended", HTTP_PER_CONNECTION + 1)
     time.sleep(1)
-    assert silent.accepted == silent.ended
+    assert silent.accepted == silent.ended == HTTP_PER_CONNECTION + 1
 
 
 def test_sigterm_with_hung_calls_stops_within_the_kill_grace_and_a_second(
@@ -102,7 +108,7 @@ def test_sigterm_with_hung_calls_stops_within_the_kill_grace_and_a_second(
     c = server.client()
     hang(c, silent.url)
     start(c, "sleeper", ["sleep", "60"])
-    silent.wait("accepted", _http.WORKERS)
+    silent.wait("accepted", HTTP_PER_CONNECTION)
     began = time.monotonic()
     log = server.stop(signal.SIGTERM)
     took = time.monotonic() - began

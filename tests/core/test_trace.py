@@ -396,7 +396,7 @@ ACTION_SAMPLES: list[Any] = [
     Finalize(proc=3, status="failed", exit_code=None, timed_out=False),
     RunFs(op=4, conn=1, request=FsRequest(method="fs/writeFile",
                                           params={"path": "/x", "data": b"\xff"})),
-    RunHttp(op=5, request=HttpRequest(method="GET", url="http://h/", headers=(("a", "b"),),
+    RunHttp(op=5, conn=1, request=HttpRequest(method="GET", url="http://h/", headers=(("a", "b"),),
                                       body=None, timeout_ms=100, stream_response=True,
                                       follow_redirects=False)),
     CancelHttp(op=5),

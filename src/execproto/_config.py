@@ -21,6 +21,9 @@ class Config:
     retention_chunks: int = 1 << 16
     kill_grace: float = 1.0  # seconds between TERM and KILL, and before abandoning held pipes
     closed_ttl: float = 30.0  # seconds a closed process stays readable
+    # Output kept by closed processes, all of them together: past it, those closed longest ago
+    # stop being readable before closed_ttl.
+    max_closed_bytes: int = 128 << 20
     write_id_memory: int = 4096  # writeIds remembered per process
     max_fs_handles: int = 128  # open fs handles per connection
     # Processes not yet closed, per session and for the whole server: past them a start is

@@ -70,7 +70,9 @@ What happens when
   and the held total (it no longer counts) are synced.
 - *expired*: the session is gone; each live process is terminated as ``timed_out``, each closed
   one forgotten.
-- *closed process evicted* (EVICT due): no longer readable; its processId is free.
+- *closed process evicted* (EVICT due, or early when the closed processes' logs hold more
+  than ``max_closed_bytes``, those closed longest ago first): no longer readable; its
+  processId is free.
 - *read deadline* (READ due): the long-poll read is answered with what there is.
 - *a read answered in full* (not cut by ``maxBytes``), held, no output acks: the hold is released.
 - *send blocked / drained*: every process of the session is paused / resumed by `pause_wanted`.

@@ -33,6 +33,9 @@ class CoreState:
         self._procs: dict[int, Process] = {}
         # Finalized (closed) processes still readable, by handle, until their eviction.
         self._finalized: dict[int, Process] = {}
+        # The output their logs kept when they closed, each and in all (Config.max_closed_bytes).
+        self._closed_bytes: dict[int, int] = {}
+        self._closed_total = 0
         # Bytes held in the logs of live processes whose session is detached (see
         # Config.max_held_bytes); counted up as output arrives, counted afresh when a session
         # or process changes state.

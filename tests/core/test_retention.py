@@ -172,6 +172,27 @@ def test_eviction_timer_of_each_process_runs_from_its_own_close() -> None:
     w.check()
 
 
+def test_closed_output_past_its_bound_evicts_the_longest_closed_early() -> None:
+    """A client that starts processes and never reads: closed logs kept 1.5 GB in 9 s. Past
+    ``max_closed_bytes`` in all, those closed longest ago stop being readable at once."""
+    w = unchecked_world(Config(closed_ttl=30.0, retention_bytes=64, max_closed_bytes=100))
+    procs = {name: run(w, name) for name in "abc"}
+    for name, proc in procs.items():
+        w.output(proc, "stdout", name.encode() * 40)
+    finish(w, procs["a"])
+    finish(w, procs["b"])  # 80 bytes kept
+    assert read(w, "a")["closed"] is True
+    finish(w, procs["c"])  # 120: past the bound, "a" goes, 80 stay
+    assert error_of(w, w.request(1, "process/read", {"processId": "a"}))["code"] == INVALID_REQUEST
+    assert read(w, "b")["closed"] is True and read(w, "c")["closed"] is True
+    assert run(w, "a") != procs["a"]  # its id is free again
+    w.advance(30)  # the others' own timers still evict them, once
+    for name in "bc":
+        assert error_of(w, w.request(1, "process/read", {"processId": name}))["code"] == (
+            INVALID_REQUEST)
+    w.check()
+
+
 def test_eviction_tick_of_a_bare_core_frees_the_process_id() -> None:
     core = ServerCore(Config(closed_ttl=1.0))
     core.handle(ConnectionOpened(conn=1, session_id="s"), 0)

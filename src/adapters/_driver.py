@@ -46,6 +46,7 @@ from execproto import (
     Signal,
     Spawn,
     SpawnFailed,
+    StdinWritten,
     StreamClosed,
     Tick,
     Unwatch,
@@ -489,8 +490,9 @@ class Driver:
 
     def _write_stdin(self, action: WriteStdin) -> None:
         child = self._children[action.proc]
-        if child.stdin is None:
-            return  # closed: the child closed its end, or it was closed on request
+        if child.stdin is None:  # closed: the child closed its end, or it was closed on request
+            self.feed(StdinWritten(proc=action.proc, size=len(action.data), closed=True))
+            return
         pending = self._stdin_pending.get(action.proc)
         if pending is not None:
             pending += action.data
@@ -503,16 +505,21 @@ class Driver:
         pending = self._stdin_pending.get(proc)
         if child is None or child.stdin is None or pending is None:
             return
+        done, broken = 0, False
         try:
             while pending:
                 written = os.write(child.stdin, pending)
                 del pending[:written]
+                done += written
         except BlockingIOError:
             self.loop.watch_write(child.stdin, lambda: self._flush_stdin(proc))
+            self._written(proc, done)
             return
         except OSError:  # EPIPE: the child closed its stdin; what is left cannot be delivered
+            done += len(pending)
             pending.clear()
             self._stdin_closing.add(proc)
+            broken = True
         self.loop.unwatch_write(child.stdin)
         del self._stdin_pending[proc]
         if proc in self._stdin_closing:
@@ -524,6 +531,13 @@ class Driver:
                     pass
             _posix.close_quietly(child.stdin)
             child.stdin = None
+        self._written(proc, done, broken)
+
+    def _written(self, proc: int, size: int, closed: bool = False) -> None:
+        """Report what reached the pipe (or was dropped), so the core lets the writes waiting
+        their turn go on (Config.max_stdin_backlog). Last: the core may write again at once."""
+        if size or closed:
+            self.feed(StdinWritten(proc=proc, size=size, closed=closed))
 
     def _close_stdin(self, action: CloseStdin) -> None:
         self._stdin_closing.add(action.proc)

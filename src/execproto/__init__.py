@@ -83,6 +83,7 @@ from .events import (
     SendDrained,
     Shutdown,
     SpawnFailed,
+    StdinWritten,
     StreamClosed,
     Tick,
 )
@@ -152,6 +153,7 @@ __all__ = [
     "Spawn",
     "SpawnFailed",
     "SpawnSpec",
+    "StdinWritten",
     "StreamClosed",
     "Tick",
     "Unwatch",

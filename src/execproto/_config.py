@@ -25,6 +25,11 @@ class Config:
     # stop being readable before closed_ttl.
     max_closed_bytes: int = 128 << 20
     write_id_memory: int = 4096  # writeIds remembered per process
+    # Stdin a process has been given and has not read: past it, a write waits unanswered until
+    # the process reads (as much again may wait); past that, or past max_stdin_total for all
+    # processes, a write is refused. So a process that never reads cannot fill the memory.
+    max_stdin_backlog: int = 8 << 20
+    max_stdin_total: int = 256 << 20
     max_fs_handles: int = 128  # open fs handles per connection
     # Processes not yet closed, per session and for the whole server: past them a start is
     # refused, so one client cannot take every pid and descriptor from the others.

@@ -40,6 +40,8 @@ What happens when
   pauses every held detached process (`cap_crossed`); held with a full log, it is paused. Waiting
   reads are answered if `read_ready`. Output after the exit is a descendant's, sequenced after.
 - *stream closed*: that stream is at EOF; if the process exited and it was the last: CLOSED.
+- *stdin written* (RUNNING): the backlog falls; writes waiting their turn go, in order, and
+  are answered. With ``closed``, or at the exit, they are answered ``stdinClosed``.
 - *exited* (RUNNING only): stdin closes, KILL is cancelled, ``process/exited`` with the next seq
   and the exit code (128+N for signal N). Then CLOSED if every stream is at EOF, or DRAINING if
   stopping (abandon due after ``kill_grace``); waiting reads are answered by the exit.

@@ -7,7 +7,7 @@ per-chunk work of the output path.
 from __future__ import annotations
 
 import base64
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
 from ._errors import LocalProtocolError
@@ -17,6 +17,8 @@ from ._output import OutputLog
 from ._sandbox import DENIAL_WORDS, likely_denied, mentions_denial
 
 if TYPE_CHECKING:
+    from ._jsonrpc import Id
+    from ._params import WriteParams
     from ._session import PendingRead, Session
 
 
@@ -43,6 +45,9 @@ class Process:
         "phase",
         "open_streams",
         "stdin_open",
+        "stdin_queued",
+        "stdin_waiting",
+        "stdin_waiting_bytes",
         "log",
         "next_seq",
         "exit_code",
@@ -77,6 +82,11 @@ class Process:
         self.phase = Phase.STARTING
         self.open_streams = set(STREAMS_TTY if tty else STREAMS_PIPE)
         self.stdin_open = tty or pipe_stdin
+        # Bytes given to the adapter (WriteStdin) and not yet reported written; writes waiting
+        # their turn past Config.max_stdin_backlog: (conn, request id, params), and their bytes.
+        self.stdin_queued = 0
+        self.stdin_waiting: deque[tuple[int, Id, WriteParams]] = deque()
+        self.stdin_waiting_bytes = 0
         self.log = OutputLog(retention_bytes, retention_chunks)
         self.next_seq = 1
         self.exit_code: int | None = None

@@ -55,6 +55,7 @@ from .events import (
     ProcessExited,
     ProcessSpawned,
     SpawnFailed,
+    StdinWritten,
     StreamClosed,
 )
 
@@ -170,18 +171,88 @@ class ProcessHandlers(CoreState):
         elif process.phase is Phase.STARTING:
             status = "starting"
         elif p.write_id in process.write_ids:
-            status = "accepted"  # a retry of a write already done
+            status = "accepted"  # a retry of a write already done, or waiting its turn
         elif not process.stdin_open:
             status = "stdinClosed"
+        elif process.stdin_waiting or (process.stdin_queued and process.stdin_queued + len(
+                p.chunk) > self.config.max_stdin_backlog):
+            self._write_later(c, msg_id, process, p)
+            return
         else:
-            process.remember_write(p.write_id, self.config.write_id_memory)
-            if p.chunk:
-                self._emit(WriteStdin(proc=process.proc, data=p.chunk))
-            if p.close_stdin:
-                process.stdin_open = False
-                self._emit(CloseStdin(proc=process.proc))
+            self._deliver_write(process, p)
             status = "accepted"
         self._respond(c.conn, msg_id, {"status": status})
+
+    def _write_later(
+        self, c: Connection, msg_id: Id, process: Process, p: _params.WriteParams
+    ) -> None:
+        """The process has not read what it was given: the write waits, unanswered, as the
+        reference's does, so a client that waits for answers goes at the process's pace. Only
+        so much may wait, per process and in all; past that the write is refused."""
+        size = len(p.chunk)
+        cap = self.config.max_stdin_backlog
+        if process.stdin_waiting and process.stdin_waiting_bytes + size > cap:
+            raise invalid_request(
+                f"process {p.process_id} is not reading its stdin: {process.stdin_queued} "
+                f"bytes wait for it and {process.stdin_waiting_bytes} more to be written; "
+                "write again once it reads")
+        if self._stdin_total + size > self.config.max_stdin_total:
+            raise invalid_request(
+                "too much stdin waiting for processes to read it, on this server: write again "
+                "once they read")
+        process.remember_write(p.write_id, self.config.write_id_memory)
+        if p.close_stdin:
+            process.stdin_open = False  # promised: later writes find it closed
+        process.stdin_waiting.append((c.conn, msg_id, p))
+        process.stdin_waiting_bytes += size
+        self._stdin_total += size
+
+    def _deliver_write(self, process: Process, p: _params.WriteParams) -> None:
+        process.remember_write(p.write_id, self.config.write_id_memory)
+        if p.chunk:
+            process.stdin_queued += len(p.chunk)
+            self._stdin_total += len(p.chunk)
+            self._emit(WriteStdin(proc=process.proc, data=p.chunk))
+        if p.close_stdin:
+            process.stdin_open = False
+            self._emit(CloseStdin(proc=process.proc))
+
+    def _on_stdin_written(self, event: StdinWritten) -> None:
+        process = self._live_process(event.proc)
+        if process is None or process.phase is not Phase.RUNNING:
+            return  # after the exit what was queued no longer counts (`_drop_stdin`)
+        if not 0 <= event.size <= process.stdin_queued:
+            raise LocalProtocolError(
+                f"process {process.proc}: {event.size} bytes of stdin reported written, of "
+                f"{process.stdin_queued} asked for")
+        process.stdin_queued -= event.size
+        self._stdin_total -= event.size
+        if event.closed:  # the process closed its end: what waits can never be written
+            process.stdin_open = False
+            self._drop_stdin(process)
+            return
+        cap = self.config.max_stdin_backlog
+        while process.stdin_waiting:
+            conn, msg_id, p = process.stdin_waiting[0]
+            if process.stdin_queued and process.stdin_queued + len(p.chunk) > cap:
+                break
+            process.stdin_waiting.popleft()
+            process.stdin_waiting_bytes -= len(p.chunk)
+            self._stdin_total -= len(p.chunk)
+            self._deliver_write(process, p)
+            if conn in self._conns:  # else its client reads the answer of a retry instead
+                self._respond(conn, msg_id, {"status": "accepted"})
+
+    def _drop_stdin(self, process: Process) -> None:
+        """Stdin closed (the exit, or the process closed its end): what waits is answered
+        ``stdinClosed``; what was asked for and not reported written no longer counts (the
+        adapter drops it)."""
+        for conn, msg_id, _ in process.stdin_waiting:
+            if conn in self._conns:
+                self._respond(conn, msg_id, {"status": "stdinClosed"})
+        process.stdin_waiting.clear()
+        self._stdin_total -= process.stdin_waiting_bytes + process.stdin_queued
+        process.stdin_waiting_bytes = process.stdin_queued = 0
 
     def _process_signal(
         self, c: Connection, session: Session, msg_id: Id, p: _params.SignalParams
@@ -273,6 +344,7 @@ class ProcessHandlers(CoreState):
         if process is None:
             return
         process.exited(event.returncode)
+        self._drop_stdin(process)
         self._notify(
             process.session,
             "process/exited",

@@ -47,6 +47,7 @@ from .events import (
     SendDrained,
     Shutdown,
     SpawnFailed,
+    StdinWritten,
     StreamClosed,
     Tick,
 )
@@ -121,6 +122,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             SpawnFailed: self._on_spawn_failed,
             OutputReceived: self._on_output,
             StreamClosed: self._on_stream_closed,
+            StdinWritten: self._on_stdin_written,
             ProcessExited: self._on_exited,
             FinalizeFailed: self._on_finalize_failed,
             FsCompleted: self._on_fs_completed,
@@ -475,4 +477,5 @@ _REFERENCES: dict[type, Callable[[ServerCore, Any], None]] = {
     FinalizeFailed: ServerCore._issued_process,
     OutputReceived: ServerCore._open_stream,
     StreamClosed: ServerCore._open_stream,
+    StdinWritten: ServerCore._issued_process,
 }

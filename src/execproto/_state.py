@@ -40,6 +40,9 @@ class CoreState:
         # Config.max_held_bytes); counted up as output arrives, counted afresh when a session
         # or process changes state.
         self._held_bytes = 0
+        # Stdin given to processes and not yet written, and writes waiting their turn, in all
+        # (Config.max_stdin_total).
+        self._stdin_total = 0
         # What processes and open fs handles may hold together (see _descriptors).
         self._descriptor_budget = _descriptors.budget(config, host.descriptor_limit)
         self._next_proc = 1

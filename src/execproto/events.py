@@ -37,6 +37,7 @@ __all__ = [
     "SpawnFailed",
     "SpawnFailure",
     "Stream",
+    "StdinWritten",
     "StreamClosed",
     "Tick",
 ]
@@ -145,6 +146,17 @@ class StreamClosed(Event):
 
     proc: int
     stream: Stream
+
+
+@attrs.frozen(kw_only=True)
+class StdinWritten(Event):
+    """``size`` more bytes that `WriteStdin` asked for reached the process's stdin, or were
+    dropped because the process closed it (``closed``: nothing more can reach it); in order,
+    never more than was asked for."""
+
+    proc: int
+    size: int
+    closed: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -1,15 +1,24 @@
-"""Replays the attacks of issue 16 at a live server, each for a bounded time, and reports.
+"""Replays the attacks of issues 16 and 22 at a live server, each for a bounded time, and reports.
 
-For each adapter: a server on loopback with a bearer token, then one attack after another. While
-an attack runs, the server's RSS, descriptors and threads are sampled every 0.1 s, and a
-well-behaved probe client connects, starts ``true`` and waits for ``process/closed``, again and
-again; its worst start-to-closed time is reported (connecting included). When the attackers
-leave, the server gets 10 s, and its RSS is measured again. Targets: the server survives every
-attack, peak RSS under 600 MB, the probe under 1 s, RSS within 50 MB of the baseline after.
+For each adapter: a server on loopback with a bearer token (and ``--sandbox bwrap`` where
+bubblewrap runs, see ``--sandbox``), then one attack after another. While an attack runs, the
+server's RSS, descriptors and threads are sampled every 0.1 s, and a well-behaved probe client
+does one round after another: connect, initialize, ``fs/getMetadata`` of /tmp, start ``true``
+and wait for ``process/closed``. Each round is timed (connecting included), and so is the
+getMetadata call on its own, so that a starved fs pool shows. When the attackers leave, the
+server gets 10 s, and its RSS and descriptors are measured again (the RSS when the attack began
+is shown too: what an earlier attack left is not this one's).
+
+Targets: the server survives every attack, peak RSS under 600 MB, the probe's p99 round under
+1 s (the worst round is reported too, but not judged: one slow round in a hundred is allowed),
+RSS within 50 MB of the baseline after, descriptors within 4 of the baseline after, and what an
+attack checks itself (the pre-auth flood: 90 % of honest clients get in).
 
     .venv/bin/python bench/attack.py [--adapters asyncio,trio,threads] [--seconds 10]
+                                     [--only SUBSTRING] [--list] [--sandbox auto|bwrap|none]
 
-Loopback only. Prints one markdown table; exits 1 when a target is missed.
+Loopback only. Prints one markdown table, an attack's own findings as ``<!-- ... -->`` lines
+under its row; exits 1 when a target is missed.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import argparse
 import base64
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -25,21 +35,24 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 TOKEN = "attack-bench-token"
 SETTLE = 10.0  # seconds after the attackers leave before RSS is measured again
-RSS_LIMIT, PROBE_LIMIT, AFTER_LIMIT = 600.0, 1.0, 50.0
+RSS_LIMIT, PROBE_LIMIT, AFTER_LIMIT, FDS_SLACK = 600.0, 1.0, 50.0, 4
+MIB = 1 << 20
+PROBE_PAUSE = 0.05  # between probe rounds
 
 
 # -- a minimal client: frames with a zero mask, parsed by hand ------------------------------------
 
 
-def frame(payload: bytes, opcode: int = 0x1, fin: bool = True) -> bytes:
-    n = len(payload)
+def frame_head(n: int, opcode: int = 0x1, fin: bool = True) -> bytes:
     first = (0x80 if fin else 0) | opcode
     if n < 126:
         head = struct.pack("!BB", first, 0x80 | n)
@@ -47,7 +60,11 @@ def frame(payload: bytes, opcode: int = 0x1, fin: bool = True) -> bytes:
         head = struct.pack("!BBH", first, 0x80 | 126, n)
     else:
         head = struct.pack("!BBQ", first, 0x80 | 127, n)
-    return head + b"\0\0\0\0" + payload
+    return head + b"\0\0\0\0"
+
+
+def frame(payload: bytes, opcode: int = 0x1, fin: bool = True) -> bytes:
+    return frame_head(len(payload), opcode, fin) + payload
 
 
 def upgrade(token: str) -> bytes:
@@ -68,82 +85,178 @@ def address(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
-class Client:
-    """Blocking; reads frames one by one; answers pings."""
+def uri(path: str | Path) -> str:
+    return Path(path).as_uri()
 
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
-        self.sock = socket.create_connection(address(url), timeout=timeout)
-        self.sock.sendall(upgrade(TOKEN))
-        self.buf = b""
-        while b"\r\n\r\n" not in self.buf:
-            self._fill()
-        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 101"), head
+
+def upgraded(url: str, timeout: float = 30.0) -> tuple[socket.socket, bytes]:
+    """A socket past its websocket upgrade (the valid token), and what came after the 101."""
+    sock = socket.create_connection(address(url), timeout=timeout)
+    try:
+        sock.sendall(upgrade(TOKEN))
+        got = b""
+        while b"\r\n\r\n" not in got:
+            data = sock.recv(4096)
+            if not data:
+                raise EOFError("closed during the upgrade")
+            got += data
+        head, _, rest = got.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 101"):
+            raise EOFError(head.split(b"\r\n")[0].decode(errors="replace"))
+        return sock, rest
+    except BaseException:
+        sock.close()
+        raise
+
+
+def hang_up(sock: socket.socket) -> None:
+    """Closes at once; a shutdown first, so that a thread blocked sending on it wakes up."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+class Client:
+    """Blocking; reads frames one by one; answers pings. A read that times out (the socket's
+    timeout) raises TimeoutError and loses nothing: the frame is taken once it is whole."""
+
+    def __init__(self, url: str, timeout: float = 30.0, initialize: bool = True) -> None:
+        self.sock, rest = upgraded(url, timeout)
+        self.buf = bytearray(rest)
+        self.lock = threading.Lock()  # sends come from more than one thread in some attacks
         self.ids = 0
-        self.call("initialize", {"clientName": "attack"})
-        self.sock.sendall(frame(b'{"jsonrpc":"2.0","method":"initialized","params":{}}'))
+        if initialize:
+            reply = self.call("initialize", {"clientName": "attack"})
+            assert "result" in reply, reply
+            self.send(frame(b'{"jsonrpc":"2.0","method":"initialized","params":{}}'))
+
+    def send(self, data: bytes) -> None:
+        with self.lock:
+            self.sock.sendall(data)
 
     def _fill(self) -> None:
         data = self.sock.recv(1 << 20)
         if not data:
-            raise EOFError
+            raise EOFError("closed by the server")
         self.buf += data
 
-    def _take(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            self._fill()
-        got, self.buf = self.buf[:n], self.buf[n:]
-        return got
+    def _frame(self) -> tuple[int, bytes] | None:
+        """The next whole frame in the buffer, taken out of it; None if there is none yet."""
+        buf = self.buf
+        if len(buf) < 2:
+            return None
+        n, at = buf[1] & 0x7F, 2
+        if n == 126:
+            if len(buf) < 4:
+                return None
+            n, at = struct.unpack_from("!H", buf, 2)[0], 4
+        elif n == 127:
+            if len(buf) < 10:
+                return None
+            n, at = struct.unpack_from("!Q", buf, 2)[0], 10
+        if len(buf) < at + n:
+            return None
+        opcode, payload = buf[0] & 0x0F, bytes(buf[at:at + n])
+        del buf[:at + n]
+        return opcode, payload
 
-    def message(self) -> dict[str, object]:
+    def text(self) -> bytes:
+        """The next text message, unparsed."""
         while True:
-            b0, b1 = self._take(2)
-            n = b1 & 0x7F
-            if n == 126:
-                n = struct.unpack("!H", self._take(2))[0]
-            elif n == 127:
-                n = struct.unpack("!Q", self._take(8))[0]
-            payload = self._take(n)
-            if b0 & 0x0F == 0x9:
-                self.sock.sendall(frame(payload, 0xA))
-            elif b0 & 0x0F == 0x8:
-                raise EOFError
-            elif b0 & 0x0F == 0x1:
-                return json.loads(payload)  # type: ignore[no-any-return]
+            got = self._frame()
+            if got is None:
+                self._fill()
+                continue
+            opcode, payload = got
+            if opcode == 0x9:
+                self.send(frame(payload, 0xA))
+            elif opcode == 0x8:
+                raise EOFError(f"closed by the server: {payload[:2].hex()} {payload[2:80]!r}")
+            elif opcode == 0x1:
+                return payload
 
-    def call(self, method: str, params: object) -> dict[str, object]:
+    def message(self) -> dict[str, Any]:
+        return json.loads(self.text())  # type: ignore[no-any-return]
+
+    def request(self, method: str, params: object) -> int:
         self.ids += 1
-        self.sock.sendall(rpc(self.ids, method, params))
+        self.send(rpc(self.ids, method, params))
+        return self.ids
+
+    def call(self, method: str, params: object) -> dict[str, Any]:
+        msg_id = self.request(method, params)
         while True:
             message = self.message()
-            if message.get("id") == self.ids:
+            if message.get("id") == msg_id:
                 return message
 
-    def start(self, process_id: str, argv: list[str]) -> None:
-        reply = self.call("process/start", {
-            "processId": process_id, "argv": argv, "cwd": "file:///tmp", "tty": False,
-            "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}})
+    def start(self, process_id: str, argv: list[str], **extra: object) -> None:
+        reply = self.call("process/start", start_params(process_id, argv, extra))
         assert "result" in reply, reply
 
     def until_closed(self, process_id: str) -> None:
         while True:
             message = self.message()
-            params = message.get("params")
-            if (message.get("method") == "process/closed" and isinstance(params, dict)
-                    and params.get("processId") == process_id):
+            if closed_id(message) == process_id:
                 return
+
+
+def start_params(process_id: str, argv: list[str], extra: dict[str, object] | None = None
+                 ) -> dict[str, object]:
+    params: dict[str, object] = {
+        "processId": process_id, "argv": argv, "cwd": "file:///tmp", "tty": False,
+        "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}}
+    params.update(extra or {})
+    return params
+
+
+def closed_id(message: dict[str, Any]) -> str | None:
+    """The processId of a process/closed notification, else None."""
+    params = message.get("params")
+    if message.get("method") == "process/closed" and isinstance(params, dict):
+        return params.get("processId")
+    return None
+
+
+def error_text(reply: dict[str, Any]) -> str:
+    error = reply.get("error")
+    if isinstance(error, dict):
+        return f"{error.get('code')} {str(error.get('message'))[:80]}"
+    return str(error)[:80]
+
+
+def profile(workspace: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Codex 0.171 permission profile (``sandbox`` of process/start) restricting the file
+    system to ``entries``, without the network."""
+    return {
+        "permissions": {"type": "managed",
+                        "file_system": {"type": "restricted", "entries": entries},
+                        "network": "restricted"},
+        "cwd": uri(workspace),
+        "workspaceRoots": [uri(workspace)],
+        "windowsSandboxLevel": "disabled",
+        "windowsSandboxProxySettingsMode": "reconcile",
+        "useLegacyLandlock": False,
+    }
+
+
+ROOT_READ = {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}
+WALK = {"maxDepth": 64, "maxDirectories": 10_000, "maxEntries": 50_000,
+        "followDirectorySymlinks": False}
 
 
 # -- the server and what is measured --------------------------------------------------------------
 
 
 class Server:
-    def __init__(self, adapter: str, token_file: Path) -> None:
+    def __init__(self, adapter: str, token_file: Path, sandbox: str) -> None:
         self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "execproto.adapters", "serve", "--listen", "ws://127.0.0.1:0",
              "--adapter", adapter, "--auth-token-file", str(token_file), "--kill-grace", "0.5",
-             "--log-level", "ERROR"],
+             "--sandbox", sandbox, "--log-level", "ERROR"],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().strip()
@@ -154,19 +267,18 @@ class Server:
         self.log.seek(0)
         return self.log.read().decode(errors="replace")
 
-    def rss(self) -> float:
+    def _status(self, key: str) -> int:
         with open(f"/proc/{self.pid}/status") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        return 0.0
-
-    def threads(self) -> int:
-        with open(f"/proc/{self.pid}/status") as status:
-            for line in status:
-                if line.startswith("Threads:"):
+                if line.startswith(key):
                     return int(line.split()[1])
         return 0
+
+    def rss(self) -> float:
+        return self._status("VmRSS:") / 1024
+
+    def threads(self) -> int:
+        return self._status("Threads:")
 
     def fds(self) -> int:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
@@ -184,16 +296,37 @@ class Server:
 
 
 @dataclass
+class Note:
+    """What an attack found itself, printed under its row; ``met`` False misses a target."""
+    text: str
+    met: bool = True
+
+
+@dataclass
 class Result:
     attack: str
     peak_rss: float = 0.0
     peak_fds: int = 0
     peak_threads: int = 0
-    worst_probe: float = 0.0
-    probes: int = 0
+    rounds: list[float] = field(default_factory=list)  # each probe round, in seconds
+    worst_metadata: float = 0.0
     probe_failures: list[str] = field(default_factory=list)
+    rss_before: float = 0.0  # when the attack began: what an earlier attack left shows
     rss_after: float = 0.0
+    fds_after: int = 0
     survived: bool = True
+    notes: list[Note] = field(default_factory=list)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Linear interpolation between the closest ranks (numpy's default)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def watch(server: Server, result: Result, stop: threading.Event) -> None:
@@ -207,28 +340,136 @@ def watch(server: Server, result: Result, stop: threading.Event) -> None:
         stop.wait(0.1)
 
 
+def probe_round(url: str, result: Result) -> None:
+    """Connect, initialize, fs/getMetadata of /tmp (timed on its own), start `true`, closed."""
+    client = Client(url, timeout=10)
+    try:
+        asked = time.monotonic()
+        try:
+            reply = client.call("fs/getMetadata", {"path": "file:///tmp"})
+        finally:
+            result.worst_metadata = max(result.worst_metadata, time.monotonic() - asked)
+        assert "result" in reply, reply
+        client.start("probe", ["true"])
+        client.until_closed("probe")
+    finally:
+        client.sock.close()
+
+
 def probe(server: Server, result: Result, stop: threading.Event) -> None:
     while not stop.is_set():
         began = time.monotonic()
         try:
-            client = Client(server.url, timeout=10)
-            client.start("probe", ["true"])
-            client.until_closed("probe")
-            client.sock.close()
+            probe_round(server.url, result)
         except Exception as exc:  # noqa: BLE001 (reported, not raised: the table says)
             result.probe_failures.append(f"{type(exc).__name__}: {exc}")
-        result.worst_probe = max(result.worst_probe, time.monotonic() - began)
-        result.probes += 1
-        stop.wait(0.2)
+        result.rounds.append(time.monotonic() - began)
+        stop.wait(PROBE_PAUSE)
 
 
-# -- the attacks: each runs until `stop` and cleans up after itself ------------------------------
+# -- helpers of the attacks ----------------------------------------------------------------------
+
+
+def run_threads(target: Callable[[], None], count: int, stop: threading.Event) -> None:
+    threads = [threading.Thread(target=target, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    stop.wait()
+    for thread in threads:
+        thread.join(10)
+
+
+def send_quietly(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.settimeout(None)
+        sock.sendall(data)
+    except OSError:
+        pass
+
+
+def in_background(target: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+class Tally:
+    """Answers counted by kind (a result's status, or an error's code and message)."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def add(self, reply: dict[str, Any]) -> None:
+        if "error" in reply:
+            kind = error_text(reply)
+        else:
+            result = reply.get("result")
+            status = result.get("status") if isinstance(result, dict) else None
+            kind = f"result {status}" if status else "result"
+        with self.lock:
+            self.kinds[kind] = self.kinds.get(kind, 0) + 1
+
+    def __str__(self) -> str:
+        with self.lock:
+            return "; ".join(f"{n} x {kind}" for kind, n in self.kinds.items()) or "no answers"
+
+
+def drain(client: Client, tally: Tally) -> None:
+    """Reads every message until the connection ends, counting the answers."""
+    try:
+        while True:
+            message = client.message()
+            if "id" in message:
+                tally.add(message)
+    except (OSError, EOFError, ValueError):
+        pass
+
+
+def start_many(url: str, stop: threading.Event, total: int, window: int, argv: list[str],
+               extra: dict[str, object] | None = None) -> Note:
+    """Starts ``argv`` ``total`` times (or until stop) on one connection, with at most
+    ``window`` processes not yet closed (or refused); reads every answer and close."""
+    client = Client(url)
+    client.sock.settimeout(0.5)
+    tally, sent, closed = Tally(), 0, 0
+    pending: set[str] = set()  # the processIds neither closed nor refused
+    began = time.monotonic()
+    ending = ""
+    try:
+        while not stop.is_set() and (sent < total or pending):
+            while sent < total and len(pending) < window:
+                sent += 1
+                client.send(rpc(sent, "process/start", start_params(f"p{sent}", argv, extra)))
+                pending.add(f"p{sent}")
+            try:
+                message = client.message()
+            except TimeoutError:
+                continue
+            if "id" in message:
+                tally.add(message)
+                if "error" in message:
+                    pending.discard(f"p{message['id']}")
+            elif closed_id(message) in pending:
+                pending.discard(closed_id(message))
+                closed += 1
+    except (OSError, EOFError) as exc:
+        ending = f"; the connection ended: {type(exc).__name__} {exc}"
+    finally:
+        hang_up(client.sock)
+    took = time.monotonic() - began
+    return Note(f"{sent} starts sent in {took:.1f} s, {closed} closed; answers: {tally}{ending}")
+
+
+# -- the attacks: each runs until `stop` (or its count) and cleans up after itself ---------------
 
 
 def half_open(url: str, stop: threading.Event) -> None:
     """1,100 connections that never finish their upgrade, reopened as the server closes them."""
     socks = []
     for i in range(1100):
+        if stop.is_set():
+            break
         try:
             sock = socket.create_connection(address(url), timeout=5)
             if i % 2:
@@ -258,14 +499,13 @@ def wrong_tokens(url: str, stop: threading.Event) -> None:
 def unread_answers(url: str, stop: threading.Event) -> None:
     """3,000 process/read calls of a full MiB each (1.33 MB answers), never read."""
     client = Client(url)
-    client.start("big", ["head", "-c", str(1 << 20), "/dev/urandom"])
+    client.start("big", ["head", "-c", str(MIB), "/dev/urandom"])
     client.until_closed("big")
     client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
     frames = b"".join(rpc(10 + i, "process/read", {"processId": "big"}) for i in range(3000))
-    sender = threading.Thread(target=send_quietly, args=(client.sock, frames), daemon=True)
-    sender.start()
+    in_background(lambda: send_quietly(client.sock, frames))
     stop.wait()
-    client.sock.close()
+    hang_up(client.sock)
 
 
 def hung_http(url: str, stop: threading.Event) -> None:
@@ -276,10 +516,10 @@ def hung_http(url: str, stop: threading.Event) -> None:
     target = f"http://127.0.0.1:{silent.getsockname()[1]}/"
     client = Client(url)
     for i in range(40):
-        client.sock.sendall(rpc(100 + i, "http/request", {
+        client.send(rpc(100 + i, "http/request", {
             "method": "GET", "url": target, "requestId": f"h{i}", "headers": []}))
     stop.wait()
-    client.sock.close()
+    hang_up(client.sock)
     silent.close()
 
 
@@ -321,37 +561,394 @@ def fragments(url: str, stop: threading.Event) -> None:
     run_threads(flood, 2, stop)
 
 
-def run_threads(target: Callable[[], None], count: int, stop: threading.Event) -> None:
-    threads = [threading.Thread(target=target, daemon=True) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    stop.wait()
-    for thread in threads:
-        thread.join(10)
+def fs_open_leak(url: str, stop: threading.Event) -> None:
+    """Issue 22, fs/open after a hang-up: 10 rounds of 4 walks of /usr (the fs pool busy) and
+    128 fs/open calls queued behind them, then the client hangs up without reading. An open that
+    runs after its connection is gone must not keep its descriptor (`fds after`)."""
+    with tempfile.TemporaryDirectory(prefix="attack-open-") as tmp:
+        target = Path(tmp) / "file"
+        target.write_text("contents\n")
+        for round_ in range(10):
+            if stop.is_set():
+                break
+            client = Client(url)
+            for _ in range(4):
+                client.request("fs/walk", {"path": "file:///usr", "options": WALK})
+            for number in range(128):
+                client.request("fs/open", {"handleId": f"h{round_}-{number}",
+                                           "path": uri(target)})
+            hang_up(client.sock)
+            stop.wait(0.5)
+        stop.wait()
 
 
-def send_quietly(sock: socket.socket, data: bytes) -> None:
+def still_open(sock: socket.socket) -> bool:
+    """Whether the server has not closed a (non-blocking) socket: nothing to read, or a ping."""
     try:
-        sock.settimeout(None)
-        sock.sendall(data)
+        data = sock.recv(65536)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return bool(data) and data[0] & 0x0F != 0x8
+
+
+def connection_hog(url: str, stop: threading.Event) -> Note:
+    """Issue 22, connection hog: as many websocket connections as the server admits (upgraded
+    with the valid token, never initialized), reopened as they are closed; 300 at most."""
+    held: list[socket.socket] = []
+    tried = refused = most = 0
+    try:
+        while not stop.is_set():
+            for _ in range(min(50, 300 - len(held))):  # at most 50 new ones per 0.2 s
+                if stop.is_set():
+                    break
+                tried += 1
+                try:
+                    sock, _ = upgraded(url, timeout=2)
+                except (OSError, EOFError):
+                    refused += 1
+                    continue
+                sock.setblocking(False)
+                held.append(sock)
+            for sock in [sock for sock in held if not still_open(sock)]:
+                sock.close()
+                held.remove(sock)
+            most = max(most, len(held))
+            stop.wait(0.2)
+    finally:
+        for sock in held:
+            sock.close()
+    return Note(f"{tried} upgrades tried, {refused} refused, at most {most} held at once")
+
+
+def pre_auth_flood(url: str, stop: threading.Event) -> Note:
+    """Issue 22, pre-auth flood: 300 half-open upgrades a second (a TCP connect and part of a
+    request) while honest clients (the whole upgrade, the valid token, initialize) try 10 a
+    second, each given 5 s. Target: 90 % of the honest clients get in."""
+    tried, admitted = [0], [0]
+    lock = threading.Lock()
+
+    def honest() -> None:
+        try:
+            Client(url, timeout=5).sock.close()
+            ok = 1
+        except (OSError, EOFError, AssertionError, ValueError):
+            ok = 0
+        with lock:
+            tried[0] += 1
+            admitted[0] += ok
+
+    half: deque[tuple[float, socket.socket]] = deque()
+    honest_threads = []
+    began, tick = time.monotonic(), 0
+    while not stop.is_set():
+        tick += 1
+        honest_threads.append(in_background(honest))
+        for _ in range(30):
+            try:
+                sock = socket.create_connection(address(url), timeout=1)
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n")
+                half.append((time.monotonic(), sock))
+            except OSError:
+                pass
+        while half and half[0][0] < time.monotonic() - 15:  # the server's 10 s, and more
+            half.popleft()[1].close()
+        stop.wait(max(0.0, began + tick * 0.1 - time.monotonic()))
+    for thread in honest_threads:
+        thread.join(6)
+    for _, sock in half:
+        sock.close()
+    ratio = admitted[0] / tried[0] if tried[0] else 0.0
+    return Note(f"honest clients: {admitted[0]} of {tried[0]} got in ({ratio:.0%}, target 90 %); "
+                f"{tick * 30} half-open sent", met=ratio >= 0.9)
+
+
+def deny_glob_setup(url: str, stop: threading.Event) -> Note:
+    """Issue 22, deny-glob setup stall: process/start of `true` under a sandbox with 254 deny
+    globs (`**/x{i}*.env`, from a cwd of /usr), each expanded over the tree when the sandbox is
+    set up; 4 at a time, 1,000 at most."""
+    globs = [{"path": {"type": "glob_pattern", "pattern": f"**/x{i}*.env"}, "access": "none"}
+             for i in range(254)]
+    sandbox = profile("/usr", [ROOT_READ, *globs])
+    return start_many(url, stop, total=1000, window=4, argv=["true"],
+                      extra={"sandbox": sandbox, "cwd": "file:///usr"})
+
+
+def long_subpath_setup(url: str, stop: threading.Event) -> Note:
+    """Issue 22, long subpath setup: process/start of `true` under a sandbox with a 48 KB
+    subpath of the project root (past PATH_MAX); 4 at a time, 1,000 at most."""
+    with tempfile.TemporaryDirectory(prefix="attack-subpath-") as tmp:
+        subpath = "/".join(["s" * 255] * 188)  # 48 KB
+        entries = [ROOT_READ,
+                   {"path": {"type": "special",
+                             "value": {"kind": "project_roots", "subpath": subpath}},
+                    "access": "read", "missing_path_behavior": "skip"}]
+        return start_many(url, stop, total=1000, window=4, argv=["true"],
+                          extra={"sandbox": profile(tmp, entries)})
+
+
+def missing_paths_setup(url: str, stop: threading.Event) -> Note:
+    """Issue 22, missing paths setup: process/start of `true` under a sandbox with 254 denied
+    4 KB paths that do not exist (components of 255 bytes, each under PATH_MAX); 4 at a time,
+    1,000 at most. Under a temporary directory, removed after."""
+    with tempfile.TemporaryDirectory(prefix="attack-missing-") as tmp:
+        deep = "/".join(["m" * 255] * 15)  # 4 KB with its directory: under PATH_MAX
+        entries = [ROOT_READ]
+        entries += [{"path": {"type": "path", "path": uri(f"{tmp}/missing-{i}/{deep}")},
+                     "access": "none"} for i in range(254)]
+        return start_many(url, stop, total=1000, window=4, argv=["true"],
+                          extra={"sandbox": profile(tmp, entries)})
+
+
+def start_flood(url: str, stop: threading.Event) -> Note:
+    """Issue 22, start flood: `true` started as fast as answered, 16 at a time, 10,000 in all,
+    every processId new; the closes read."""
+    return start_many(url, stop, total=10_000, window=16, argv=["true"])
+
+
+def huge_json(url: str, stop: threading.Event) -> Note:
+    """Issue 22, huge JSON message: one 57 MiB message, a JSON array of empty objects (a batch
+    of 19M requests), sent 3 times, on a new connection each time; never read."""
+    count = 57 * MIB // 3
+    payload = b"[" + b"{}," * (count - 1) + b"{}]"
+    head = frame_head(len(payload))
+    endings = []
+    for _ in range(3):
+        if stop.is_set():
+            break
+        try:
+            client = Client(url)
+        except (OSError, EOFError, AssertionError) as exc:
+            endings.append(f"connect {type(exc).__name__}")
+            continue
+        client.sock.settimeout(5)
+        try:
+            client.sock.sendall(head)
+            for at in range(0, len(payload), MIB):
+                if stop.is_set():
+                    break
+                client.sock.sendall(payload[at:at + MIB])
+            endings.append("sent")
+        except OSError as exc:
+            endings.append(type(exc).__name__)
+        stop.wait(2)
+        hang_up(client.sock)
+    return Note(f"{len(payload) / MIB:.0f} MiB messages: {', '.join(endings)}")
+
+
+def retained_output(url: str, stop: threading.Event) -> Note:
+    """Issue 22, retained output: 1,500 processes each writing 1 MiB (`head -c 1048576
+    /dev/zero`) and closing, 16 at a time, their output never read."""
+    return start_many(url, stop, total=1500, window=16,
+                      argv=["head", "-c", str(MIB), "/dev/zero"])
+
+
+def unread_fs_answers(url: str, stop: threading.Event) -> None:
+    """Issue 22, unread fs answers: 90 fs/readFile of a 16 MiB file (22 MB answers) pipelined
+    on a connection with a small receive buffer, never read."""
+    with tempfile.TemporaryDirectory(prefix="attack-read-") as tmp:
+        big = Path(tmp) / "big"
+        big.write_bytes(b"\0" * (16 * MIB))
+        client = Client(url)
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        frames = b"".join(rpc(10 + i, "fs/readFile", {"path": uri(big)}) for i in range(90))
+        in_background(lambda: send_quietly(client.sock, frames))
+        stop.wait()
+        hang_up(client.sock)
+
+
+def stdin_backlog(url: str, stop: threading.Event) -> Note:
+    """Issue 22, stdin backlog: `sleep 1000` started with a stdin pipe it never reads, and
+    process/write of 1 MiB chunks (base64) as fast as they are taken, 1 GiB at most; the
+    answers read. The process terminated after."""
+    chunk = base64.b64encode(b"\0" * MIB).decode()
+    return write_flood(url, stop, count=1024, make=lambda i: {
+        "processId": "sleeper", "chunk": chunk, "writeId": f"w{i}"})
+
+
+def huge_write_ids(url: str, stop: threading.Event) -> Note:
+    """Issue 22, huge writeIds: process/write of one byte with a 24 MiB writeId, each different
+    (kept for idempotence?), to `sleep 1000` with a stdin pipe; 100 at most."""
+    filler = "x" * (24 * MIB)
+    return write_flood(url, stop, count=100, make=lambda i: {
+        "processId": "sleeper", "chunk": "eA==", "writeId": f"{i:04d}{filler}"})
+
+
+def write_flood(url: str, stop: threading.Event, count: int,
+                make: Callable[[int], dict[str, object]]) -> Note:
+    """``count`` process/write calls (params ``make(i)``) to a `sleep 1000` that never reads
+    its stdin, sent as fast as the server takes them; answers read by another thread."""
+    client = Client(url)
+    client.start("sleeper", ["sleep", "1000"], pipeStdin=True)
+    tally = Tally()
+    reader = in_background(lambda: drain(client, tally))
+    sent, began, ending = 0, time.monotonic(), ""
+    client.sock.settimeout(None)
+    try:
+        for i in range(count):
+            if stop.is_set():
+                break
+            client.send(rpc(100 + i, "process/write", make(i)))
+            sent += 1
+    except OSError as exc:
+        ending = f"; sending ended: {type(exc).__name__} {exc}"
+    took = time.monotonic() - began
+    stop.wait()
+    try:
+        client.sock.settimeout(2)
+        client.send(rpc(1, "process/terminate", {"processId": "sleeper"}))
+        time.sleep(1)  # for the terminate to arrive before the hang-up
     except OSError:
         pass
+    hang_up(client.sock)
+    reader.join(5)
+    return Note(f"{sent} writes sent in {took:.1f} s; answers: {tally}{ending}")
 
 
-ATTACKS: dict[str, Callable[[str, threading.Event], None]] = {
+def walks_then_leave(url: str, stop: threading.Event) -> None:
+    """Issue 22, fs pool starvation: 60 fs/walk calls of /usr queued by a client that then
+    hangs up; again every 2 s, 6 times at most."""
+    for _ in range(6):
+        if stop.is_set():
+            break
+        client = Client(url)
+        for _ in range(60):
+            client.request("fs/walk", {"path": "file:///usr", "options": WALK})
+        hang_up(client.sock)
+        stop.wait(2)
+    stop.wait()
+
+
+def walks_in_flight(url: str, stop: threading.Event) -> Note:
+    """Issue 22, fs pool starvation (the client stays): 60 fs/walk calls of /usr kept in
+    flight, a new one sent as each answer is read; 2,000 at most."""
+    client = Client(url)
+    client.sock.settimeout(0.5)
+    sent = answered = 0
+    try:
+        while not stop.is_set() and answered < 2000:
+            while sent - answered < 60 and sent < 2000:
+                sent += 1
+                client.request("fs/walk", {"path": "file:///usr", "options": WALK})
+            try:
+                client.text()  # only walk answers come: not parsed, to spare the bench's CPU
+                answered += 1
+            except TimeoutError:
+                pass
+    except (OSError, EOFError):
+        pass
+    finally:
+        hang_up(client.sock)
+    return Note(f"{sent} walks sent, {answered} answered")
+
+
+def trickle(conn: socket.socket, stop: threading.Event) -> None:
+    """An HTTP answer, one byte every 5 s, until stop."""
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 64\r\n\r\n" + b"x" * 64
+    try:
+        for at in range(len(answer)):
+            if stop.wait(5):
+                break
+            conn.sendall(answer[at:at + 1])
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+def trickling_server(listener: socket.socket, stop: threading.Event) -> None:
+    listener.settimeout(0.2)
+    while not stop.is_set():
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            continue
+        in_background(lambda conn=conn: trickle(conn, stop))  # type: ignore[misc]
+
+
+def trickling_http(url: str, stop: threading.Event) -> None:
+    """Issue 22, trickling http: 8 http/request calls to a loopback server (a thread here)
+    that answers one byte every 5 s, so no call ever times out for lack of progress."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    server = in_background(lambda: trickling_server(listener, stop))
+    target = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+    client = Client(url)
+    for i in range(8):
+        client.request("http/request", {"method": "GET", "url": target, "requestId": f"t{i}",
+                                        "headers": []})
+    stop.wait()
+    hang_up(client.sock)
+    server.join(2)
+    listener.close()
+
+
+def base64_before_initialize(url: str, stop: threading.Event) -> None:
+    """Issue 22, base64 before initialize: a connection past its upgrade that never sends
+    initialize sends 4 process/write messages of 45 MiB of base64 each."""
+    sock, _ = upgraded(url)
+    head = b'{"jsonrpc":"2.0","id":1,"method":"process/write","params":{"processId":"p",'
+    body = b'"writeId":"w","chunk":"' + b"A" * (45 * MIB) + b'"}}'
+
+    def send_all() -> None:
+        try:
+            for _ in range(4):
+                sock.sendall(frame_head(len(head) + len(body)) + head)
+                sock.sendall(body)
+        except OSError:
+            pass
+
+    sender = in_background(send_all)
+    stop.wait()
+    hang_up(sock)
+    sender.join(5)
+
+
+Attack = Callable[[str, threading.Event], Note | None]
+ATTACKS: dict[str, Attack] = {
     "1,100 half-open connections": half_open,
     "wrong tokens, 50 guessers": wrong_tokens,
     "3,000 reads of 1.33 MB, unread": unread_answers,
     "40 hung http/request": hung_http,
     "ping flood, pongs unread": ping_flood,
     "3M one-byte fragments": fragments,
+    "fs/open leak after hang-up": fs_open_leak,
+    "connection hog, 300 upgraded": connection_hog,
+    "pre-auth flood, 300 a second": pre_auth_flood,
+    "deny-glob setup stall": deny_glob_setup,
+    "long subpath setup": long_subpath_setup,
+    "254 missing 4 KB paths setup": missing_paths_setup,
+    "start flood, 10,000 true": start_flood,
+    "huge JSON message, 57 MiB": huge_json,
+    "retained output, 1,500 x 1 MiB": retained_output,
+    "unread fs answers, 90 x 16 MiB": unread_fs_answers,
+    "stdin backlog, 1 GiB": stdin_backlog,
+    "huge writeIds, 24 MiB": huge_write_ids,
+    "fs pool starvation, client leaves": walks_then_leave,
+    "fs pool starvation, 60 walks in flight": walks_in_flight,
+    "trickling http, 8 calls": trickling_http,
+    "base64 before initialize, 4 x 45 MiB": base64_before_initialize,
 }
 
 
+# -- running them ---------------------------------------------------------------------------------
+
+
 def attack(server: Server, name: str, seconds: float) -> Result:
-    result = Result(name)
+    result = Result(name, rss_before=server.rss())
     stop, done = threading.Event(), threading.Event()
-    attacker = threading.Thread(target=ATTACKS[name], args=(server.url, stop), daemon=True)
+
+    def run_attack() -> None:
+        try:
+            note = ATTACKS[name](server.url, stop)
+        except Exception as exc:  # noqa: BLE001 (an attack that broke says so in the report)
+            note = Note(f"the attack itself failed: {type(exc).__name__}: {exc}")
+        if note is not None:
+            result.notes.append(note)
+
+    attacker = threading.Thread(target=run_attack, daemon=True)
     watcher = threading.Thread(target=watch, args=(server, result, done), daemon=True)
     watcher.start()
     attacker.start()
@@ -360,14 +957,70 @@ def attack(server: Server, name: str, seconds: float) -> Result:
     prober.start()
     time.sleep(seconds)
     stop.set()
+    stopping = time.monotonic()
     prober.join(30)
     attacker.join(30)
+    if attacker.is_alive():
+        result.notes.append(Note("the attack did not stop within 30 s", met=False))
+    elif time.monotonic() - stopping > 5:
+        result.notes.append(Note(f"stopping took {time.monotonic() - stopping:.1f} s"))
     time.sleep(SETTLE)
     done.set()
     watcher.join()
     result.survived = server.alive()
-    result.rss_after = server.rss() if result.survived else 0.0
+    if result.survived:
+        result.rss_after, result.fds_after = server.rss(), server.fds()
     return result
+
+
+@dataclass
+class Baseline:
+    rss: float
+    fds: int
+
+
+def warm_up(server: Server) -> Baseline:
+    warm = Client(server.url)
+    warm.start("warm", ["true"])
+    warm.until_closed("warm")
+    warm.sock.close()
+    time.sleep(3)
+    return Baseline(server.rss(), server.fds())
+
+
+HEADER = ("| adapter | attack | survived | peak RSS MB | peak fds | peak threads | probe p99 s "
+          "| probe worst s (n) | getMetadata worst s | RSS after MB (before; baseline) "
+          "| fds after − baseline |\n|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def missed(r: Result, base: Baseline) -> bool:
+    return (not r.survived or r.peak_rss > RSS_LIMIT or bool(r.probe_failures)
+            or percentile(r.rounds, 0.99) > PROBE_LIMIT or r.rss_after > base.rss + AFTER_LIMIT
+            or r.fds_after > base.fds + FDS_SLACK or any(not n.met for n in r.notes))
+
+
+def report(adapter: str, r: Result, base: Baseline) -> None:
+    failures = f", {len(r.probe_failures)} failed" if r.probe_failures else ""
+    fds_after = f"{r.fds_after - base.fds:+d}" if r.survived else "-"
+    print(f"| {adapter} | {r.attack} | {'yes' if r.survived else '**no**'} "
+          f"| {r.peak_rss:.0f} | {r.peak_fds} | {r.peak_threads} "
+          f"| {percentile(r.rounds, 0.99):.3f} "
+          f"| {max(r.rounds, default=0.0):.3f} ({len(r.rounds)}{failures}) "
+          f"| {r.worst_metadata:.3f} | {r.rss_after:.0f} ({r.rss_before:.0f}; {base.rss:.0f}) "
+          f"| {fds_after} ({base.fds}){' **missed**' if missed(r, base) else ''} |", flush=True)
+    for note in r.notes:
+        print(f"<!-- {r.attack}: {note.text}{'' if note.met else ' (missed)'} -->", flush=True)
+    for failure in sorted(set(r.probe_failures))[:3]:
+        print(f"<!-- probe: {failure[:200]} -->", flush=True)
+
+
+def bwrap_runs() -> bool:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return False
+    ran = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net",
+                          "--unshare-uts", "--unshare-ipc", "true"], capture_output=True)
+    return ran.returncode == 0
 
 
 def main() -> int:
@@ -375,44 +1028,39 @@ def main() -> int:
     parser.add_argument("--adapters", default="asyncio,trio,threads")
     parser.add_argument("--seconds", type=float, default=10.0, help="per attack")
     parser.add_argument("--only", help="run only the attacks whose name contains this")
+    parser.add_argument("--list", action="store_true", help="list the attacks and exit")
+    parser.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
+                        help="the servers' --sandbox; auto: bwrap where it runs (default)")
     args = parser.parse_args()
-    print("| adapter | attack | survived | peak RSS MB | peak fds | peak threads "
-          "| probe worst s (n) | RSS after MB (baseline) |")
-    print("|---|---|---|---|---|---|---|---|")
-    missed = False
+    names = [name for name in ATTACKS if not args.only or args.only in name]
+    if args.list:
+        for name in names:
+            print(f"{name}: {' '.join((ATTACKS[name].__doc__ or '').split())}")
+        return 0
+    sandbox = args.sandbox if args.sandbox != "auto" else "bwrap" if bwrap_runs() else "none"
+    print(f"<!-- servers run with --sandbox {sandbox}; {args.seconds:g} s per attack -->")
+    print(HEADER)
+    any_missed = False
     with tempfile.TemporaryDirectory() as tmp:
         token_file = Path(tmp) / "token"
         token_file.write_text(TOKEN + "\n")
         for adapter in args.adapters.split(","):
-            server = Server(adapter, token_file)
+            server = Server(adapter, token_file, sandbox)
             try:
-                warm = Client(server.url)
-                warm.start("warm", ["true"])
-                warm.until_closed("warm")
-                warm.sock.close()
-                time.sleep(3)
-                baseline = server.rss()
-                for name in ATTACKS:
-                    if args.only and args.only not in name:
-                        continue
+                base = warm_up(server)
+                for name in names:
                     r = attack(server, name, args.seconds)
-                    bad = (not r.survived or r.peak_rss > RSS_LIMIT or r.probe_failures
-                           or r.worst_probe > PROBE_LIMIT or r.rss_after > baseline + AFTER_LIMIT)
-                    missed = missed or bad
-                    failures = f", {len(r.probe_failures)} failed" if r.probe_failures else ""
-                    print(f"| {adapter} | {name} | {'yes' if r.survived else '**no**'} "
-                          f"| {r.peak_rss:.0f} | {r.peak_fds} | {r.peak_threads} "
-                          f"| {r.worst_probe:.3f} ({r.probes}{failures}) "
-                          f"| {r.rss_after:.0f} ({baseline:.0f}){' **missed**' if bad else ''} |",
-                          flush=True)
-                    for failure in r.probe_failures[:3]:
-                        print(f"<!-- probe: {failure} -->", flush=True)
-                    if not r.survived:
-                        print(server.logged()[-2000:], file=sys.stderr)
-                        break
+                    any_missed = missed(r, base) or any_missed
+                    report(adapter, r, base)
+                    if not r.survived:  # a new server for the attacks left
+                        print(f"<!-- the server died; its log's end: "
+                              f"{server.logged()[-1500:]!r} -->", flush=True)
+                        server.stop()
+                        server = Server(adapter, token_file, sandbox)
+                        base = warm_up(server)
             finally:
                 server.stop()
-    return 1 if missed else 0
+    return 1 if any_missed else 0
 
 
 if __name__ == "__main__":

@@ -159,6 +159,7 @@ class Driver:
         # 50,000 directory entries. Only here, one at a time, as the backend's placeholders
         # are shared by every sandbox.
         self._prep = Shares(loop.post, PREP_WORKERS, 1, "execproto-sandbox")
+        self._cleanups = 0  # sandbox finalizes on the pool: the stop waits for them
         self._http_conns: dict[int, int] = {}  # op of a streamed response -> its connection
         self._sent_to: int | None = None  # the connection of the latest Send
         self._cancel_tick: Callable[[], None] | None = None
@@ -231,8 +232,13 @@ class Driver:
         if not self._trimming:
             self._trimming = True
             self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
-        if self.on_idle is not None and self.core.idle:
+        if self.on_idle is not None and self.idle:
             self.on_idle()
+
+    @property
+    def idle(self) -> bool:
+        """Every process finalized, its sandbox cleaned up too (that runs off the owner)."""
+        return self.core.idle and not self._cleanups
 
     def _trace_stopped(self, recorder: Recorder) -> None:
         """The trace could not be written: one line says so, and the server goes on."""
@@ -308,7 +314,7 @@ class Driver:
         """Output buffers come from the heap (see `_posix.keep_buffers_in_heap`); the memory
         of evicted logs and finished bursts is given back here, every TRIM_INTERVAL."""
         _posix.release_free_memory()
-        done = self.failure is not None or self.core.idle
+        done = self.failure is not None or self.idle
         if not (self._stopping and done):  # an embedding host's loop lives on
             self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
 
@@ -578,6 +584,12 @@ class Driver:
                     self.feed(FinalizeFailed(proc=proc,
                                              error=f"{type(outcome).__name__}: {outcome}"))
 
+        def cleaned(outcome: Any) -> None:
+            self._cleanups -= 1
+            done(outcome)
+            if self._stopping and self.on_idle is not None and self.idle:
+                self.on_idle()
+
         if not token:  # nothing of a sandbox to clean up
             try:
                 work()
@@ -586,7 +598,8 @@ class Driver:
                 outcome = exc
             done(outcome)
             return
-        self._prep.submit(None, work, done)
+        self._cleanups += 1
+        self._prep.submit(None, work, cleaned)
 
     def _release(self, proc: int, child: _posix.Child) -> None:
         """Stop watching the child, reap it and close whatever of its pipes is still open."""

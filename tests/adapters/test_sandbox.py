@@ -554,6 +554,21 @@ def test_a_placeholder_stays_while_any_sandbox_mounts_on_it(plain: tuple[Server,
     assert eventually(lambda: not (workspace / ".git").exists())  # and gone once unused
 
 
+def test_a_stopped_server_leaves_no_placeholder(server_run: tuple[str, tuple[str, ...]],
+                                                places: dict[str, Path]) -> None:
+    """Sandboxes are cleaned up off the owner thread: the stop still waits for it, so a
+    SIGTERM while a sandboxed command runs leaves no placeholder behind."""
+    server = Server(server_run[0], prefix=server_run[1])
+    workspace = _open_dir(places["workspace"] / f"ws-{uuid.uuid4().hex[:8]}")
+    try:
+        _start(server.client(), "p", "sleep 30", workspace_write(str(workspace)), workspace)
+        assert eventually(lambda: (workspace / ".git").is_dir())
+    finally:
+        log = server.stop()
+    assert server.process.returncode == 0, log
+    assert not (workspace / ".git").exists()
+
+
 def test_removing_a_placeholder_follows_no_symlink(floored: tuple[Server, Client],
                                                    places: dict[str, Path]) -> None:
     """The command swaps the placeholder's parent for a link to elsewhere: the removal at its

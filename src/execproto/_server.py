@@ -95,10 +95,11 @@ _FS_METHODS = (
 PROTOCOL_ERROR = 1002
 GOING_AWAY = 1001
 TRY_AGAIN_LATER = 1013
+POLICY_VIOLATION = 1008
+
 # Seconds a connection keeps its place however many come after it: an honest client sends
 # initialize one round trip after its upgrade; a client's that never does are the first to go.
 MAKE_ROOM_AFTER = 0.25
-POLICY_VIOLATION = 1008
 
 
 def _describe(exc: BaseException) -> str:

@@ -84,6 +84,13 @@ class OutputLog:
         if self._over():
             self._trim()
 
+    def forget(self) -> None:
+        """Let go of everything kept: its process is no longer readable (evicted)."""
+        self._chunks = []
+        self._seqs = []
+        self._head = 0
+        self.retained_bytes = 0
+
     def discard_through(self, seq: int) -> None:
         """Drop every chunk up to ``seq``: the client acknowledged it. Counted as dropped,
         since a reader from an earlier seq can no longer have it."""

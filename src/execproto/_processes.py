@@ -380,6 +380,9 @@ class ProcessHandlers(CoreState):
     def _on_evict_due(self, process: Process) -> None:
         self._finalized.pop(process.proc, None)
         self._closed_total -= self._closed_bytes.pop(process.proc, 0)
+        # Now, not when the timers let go of it: an early eviction's cancelled deadline keeps
+        # the process (and so its log) until closed_ttl.
+        process.log.forget()
         if process.session.processes.get(process.process_id) is process:
             del process.session.processes[process.process_id]
 

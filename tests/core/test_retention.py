@@ -182,7 +182,9 @@ def test_closed_output_past_its_bound_evicts_the_longest_closed_early() -> None:
     finish(w, procs["a"])
     finish(w, procs["b"])  # 80 bytes kept
     assert read(w, "a")["closed"] is True
+    evicted = w.core.core._finalized[procs["a"]]  # its log, which a stale deadline holds
     finish(w, procs["c"])  # 120: past the bound, "a" goes, 80 stay
+    assert evicted.log.retained_bytes == 0 and len(evicted.log) == 0
     assert error_of(w, w.request(1, "process/read", {"processId": "a"}))["code"] == INVALID_REQUEST
     assert read(w, "b")["closed"] is True and read(w, "c")["closed"] is True
     assert run(w, "a") != procs["a"]  # its id is free again

@@ -77,9 +77,11 @@ TRIM_INTERVAL = 2.0  # seconds between releases of free heap memory (a no-op tri
 HTTP_PIECES_AHEAD = 4
 HTTP_RECHECK = 0.05  # seconds between looks at a blocked connection, for a waiting stream
 
-# The pools' shares (`_shares`): fs calls, 8 threads, at most 4 of a connection's at once;
-# http calls likewise; sandboxes prepared and cleaned up one at a time, sessions in turn.
+# The pools' shares (`_shares`): fs calls, 8 threads, at most 4 of a connection's at once
+# (walks apart: 2, one each); http calls likewise; sandboxes prepared and cleaned up one at a
+# time, sessions in turn.
 FS_WORKERS, FS_PER_CONNECTION = 8, 4
+WALK_WORKERS = 2  # fs/walk: two at once, one of a connection's
 HTTP_PER_CONNECTION = 4
 PREP_WORKERS = 1
 
@@ -155,6 +157,9 @@ class Driver:
         self._http: dict[int, tuple[threading.Event, bool]] = {}
         self._http_pool = Shares(loop.post, _http.WORKERS, HTTP_PER_CONNECTION, "execproto-http")
         self.fs_pool = Shares(loop.post, FS_WORKERS, FS_PER_CONNECTION, "execproto-fs")
+        # Walks apart, fewer at once: each builds an answer of up to 50,000 entries, and how many
+        # run together is how much memory the allocator keeps afterwards.
+        self.walk_pool = Shares(loop.post, WALK_WORKERS, 1, "execproto-walk")
         # Sandboxes are set up and cleaned up off the owner: deny patterns alone may look at
         # 50,000 directory entries. Only here, one at a time, as the backend's placeholders
         # are shared by every sandbox.
@@ -346,9 +351,20 @@ class Driver:
         if peer is not None:
             peer.send(action.data)
 
+    def connection_blocked(self, conn: int) -> None:
+        """Its send buffer is past the high water: none of its fs calls start, as answers
+        nobody reads would only pile up in memory."""
+        self.fs_pool.hold(conn)
+        self.walk_pool.hold(conn)
+
+    def connection_drained(self, conn: int) -> None:
+        self.fs_pool.release(conn)
+        self.walk_pool.release(conn)
+
     def connection_gone(self, conn: int) -> None:
         """Its fs and http calls still queued are not run: nobody would read their answers."""
         self.fs_pool.drop(conn)
+        self.walk_pool.drop(conn)
         self._http_pool.drop(conn)
 
     def _close_connection(self, action: CloseConnection) -> None:
@@ -624,7 +640,8 @@ class Driver:
             result, error = outcome
             self.feed(FsCompleted(op=action.op, result=result, error=error))
 
-        self.fs_pool.submit(action.conn, partial(self.files.run, action.conn, action.request), done)
+        pool = self.walk_pool if action.request.method == "fs/walk" else self.fs_pool
+        pool.submit(action.conn, partial(self.files.run, action.conn, action.request), done)
 
     def _run_http(self, action: RunHttp) -> None:
         request = action.request
@@ -708,6 +725,7 @@ class Driver:
     def close(self) -> None:
         """After the stop: kill whatever the processes left running, and remove their cgroups."""
         self.fs_pool.close()
+        self.walk_pool.close()
         self._tree.close()
         self._tree = _cgroups.NoTree()
 

@@ -168,13 +168,13 @@ class Peer:
     def blocked(self) -> None:
         self.stuck = True
         if self.open:
-            self.driver.fs_pool.hold(self.conn)  # answers nobody reads would only pile up
+            self.driver.connection_blocked(self.conn)
             self.driver.feed(SendBlocked(conn=self.conn))
 
     def drained(self) -> None:
         self.stuck = False
         if self.open:
-            self.driver.fs_pool.release(self.conn)
+            self.driver.connection_drained(self.conn)
             self.driver.feed(SendDrained(conn=self.conn))
             if self._held:
                 # Not now: this may run while the driver is busy, where each message would

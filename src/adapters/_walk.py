@@ -8,22 +8,29 @@ spends one too, while a broken link spends nothing; every directory read, failed
 one of ``maxDirectories``; a directory is read at most once, by device and inode, the first path
 in breadth-first order winning. Names go out as URIs of their real bytes, unlike the reference,
 which loses what is not UTF-8.
+
+The answer is written as JSON text as the walk goes (`Encoded`): 50,000 entries as dicts were
+300,000 small objects alive at once per walk, and the allocator kept their memory after they
+were freed (a few walks left the server 60 to 120 MB larger for good).
 """
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import stat
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from execproto import RpcError, uri_from_path
+from execproto import Encoded, RpcError, uri_from_path
 
 from ._beneath import Scope
 from ._posix import os_error_text
 
 _LISTED = os.O_RDONLY | os.O_DIRECTORY
+_json = json.JSONEncoder(separators=(",", ":")).encode  # ASCII, as the core writes its own
 
 
 class _Budget(Exception):
@@ -47,23 +54,32 @@ class Abandoned(Exception):
 
 
 def walk(root: str, p: dict[str, Any], scope: Scope,
-         wanted: Callable[[], bool] = lambda: True) -> dict[str, Any]:
+         wanted: Callable[[], bool] = lambda: True) -> Encoded:
     """Walk ``root`` within ``scope``: what it denies is not listed, descended or reported.
     Each directory is opened through the scope at its real path, and its children looked at by
     descriptor. OSError about the root itself propagates; everything below becomes an entry of
     ``errors``. ``wanted`` is asked before each directory; once it says no, `Abandoned`."""
-    entries: list[dict[str, str]] = []
+    entries = io.StringIO()  # the entries, each written as it is found
     errors: list[dict[str, str]] = []
-    empty = {"entries": entries, "errors": errors, "truncated": False}
+
+    def entry(path: str, kind: str) -> None:
+        if entries.tell():
+            entries.write(",")
+        entries.write(f'{{"path":{_json(uri_from_path(path))},"kind":"{kind}"}}')
+
+    def answer(truncated: bool = False) -> Encoded:
+        return Encoded(f'{{"entries":[{entries.getvalue()}],"errors":{_json(errors)},'
+                       f'"truncated":{_json(truncated)}}}')
+
     fd, real = scope.open(root, os.O_PATH, "read")  # a missing root is the call's error
     try:
         info = os.fstat(fd)
     finally:
         os.close(fd)
     if not stat.S_ISDIR(info.st_mode):
-        return empty
+        return answer()
     if not p["follow"] and os.path.islink(root):
-        return empty
+        return answer()
     root = os.path.normpath(root)
     seen = {(info.st_dev, info.st_ino)}
     queue: deque[tuple[str, str, int]] = deque([(root, real, 0)])  # (as shown, real, depth)
@@ -108,9 +124,9 @@ def walk(root: str, p: dict[str, Any], scope: Scope,
                     spent += 1
                     link = child.is_symlink()
                     if stat.S_ISREG(info.st_mode) and not link:
-                        entries.append({"path": uri_from_path(path), "kind": "file"})
+                        entry(path, "file")
                     elif stat.S_ISDIR(info.st_mode) and (p["follow"] or not link):
-                        entries.append({"path": uri_from_path(path), "kind": "directory"})
+                        entry(path, "directory")
                         key = (info.st_dev, info.st_ino)
                         hidden = p["pruneHidden"] and child.name.startswith(".")
                         if depth + 1 <= p["maxDepth"] and not hidden and key not in seen:
@@ -119,5 +135,5 @@ def walk(root: str, p: dict[str, Any], scope: Scope,
             finally:
                 os.close(fd)
     except _Budget:
-        empty["truncated"] = True
-    return empty
+        return answer(truncated=True)
+    return answer()

@@ -68,6 +68,7 @@ from .actions import (
 from .events import (
     ConnectionClosed,
     ConnectionOpened,
+    Encoded,
     Event,
     FinalizeFailed,
     FsCompleted,
@@ -108,6 +109,7 @@ __all__ = [
     "Config",
     "ConnectionClosed",
     "ConnectionOpened",
+    "Encoded",
     "EnvPolicy",
     "Event",
     "Exited",

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from ._errors import RpcError
+from .events import Encoded
 
 Id = str | int
 
@@ -137,6 +138,8 @@ def parse(data: bytes | str) -> Incoming | Malformed | ClientResponse:
 
 
 def encode_result(msg_id: Id, result: Any) -> bytes:
+    if isinstance(result, Encoded):  # already JSON: spliced in, never parsed again
+        return f'{{"jsonrpc":"2.0","id":{_dumps(msg_id)},"result":{result.text}}}'.encode("ascii")
     return _dumps({"jsonrpc": "2.0", "id": msg_id, "result": result}).encode("ascii")
 
 

@@ -15,6 +15,7 @@ from execproto import (
     Config,
     ConnectionClosed,
     ConnectionOpened,
+    Encoded,
     Finalize,
     FinalizeFailed,
     FsCompleted,
@@ -369,6 +370,7 @@ EVENT_SAMPLES: list[Any] = [
     StdinWritten(proc=8, size=4096),
     ProcessExited(proc=9, returncode=-9),
     FsCompleted(op=10, result={"dataBase64": "aGk=", "n": 1.5, "ok": True, "none": None}),
+    FsCompleted(op=10, result=Encoded('{"entries":[],"truncated":false}')),
     FsCompleted(op=10),
     FsCompleted(op=11, error=RpcError(-32004, "not found", {"kind": "x", "list": [1, 2]})),
     FsCompleted(op=11, error=RpcError(-32603, "boom")),
@@ -548,6 +550,18 @@ def test_a_redacted_trace_hides_credential_headers_both_ways_and_still_replays()
         assert secret not in text
     assert "kept/1" in text and "kept/2" in text and "x" * len("Bearer tok\u00e9n-1") in text
     assert replay(h.lines).ok
+
+
+def test_an_encoded_result_is_answered_as_written_and_replays() -> None:
+    h = Harness()
+    h.connect(1)
+    h.handshake(1)
+    msg_id = h.request(1, "fs/walk", {"path": "file:///w", "options": {
+        "maxDepth": 1, "maxDirectories": 1, "maxEntries": 1, "followDirectorySymlinks": False}})
+    h.feed(FsCompleted(op=h.of_type(RunFs)[-1].op, result=Encoded('{"entries":[ 1 ]}')))
+    sent = [a.data for a in h.of_type(Send) if a.conn == 1][-1]
+    assert sent == b'{"jsonrpc":"2.0","id":%d,"result":{"entries":[ 1 ]}}' % msg_id
+    h.assert_replays()
 
 
 def test_an_unredacted_trace_keeps_the_payloads() -> None:

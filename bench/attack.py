@@ -11,8 +11,10 @@ is shown too: what an earlier attack left is not this one's).
 
 Targets: the server survives every attack, peak RSS under 600 MB, the probe's p99 round under
 1 s (the worst round is reported too, but not judged: one slow round in a hundred is allowed),
-RSS within 50 MB of the baseline after, descriptors within 4 of the baseline after, and what an
-attack checks itself (the pre-auth flood: 90 % of honest clients get in).
+RSS within 50 MB of what it was when the attack began (after every attack, of the adapter's
+baseline), descriptors within 4 of the baseline after, and what an attack checks itself (the
+pre-auth flood: 90 % of honest clients get in). What the server keeps by design for 30 s (the
+retained-output attack's detached session and closed output) is measured after 35 s.
 
     .venv/bin/python bench/attack.py [--adapters asyncio,trio,threads] [--seconds 10]
                                      [--only SUBSTRING] [--list] [--sandbox auto|bwrap|none]
@@ -44,6 +46,10 @@ from urllib.parse import urlsplit
 
 TOKEN = "attack-bench-token"
 SETTLE = 10.0  # seconds after the attackers leave before RSS is measured again
+# Attacks whose leftovers the server keeps by design for 30 s (a detached session's processes,
+# closed output readable for closed_ttl): measured after those have run out.
+LONG_SETTLE = 35.0
+KEPT_30_S = ("retained output, 1,500 x 1 MiB",)
 RSS_LIMIT, PROBE_LIMIT, AFTER_LIMIT, FDS_SLACK = 600.0, 1.0, 50.0, 4
 MIB = 1 << 20
 PROBE_PAUSE = 0.05  # between probe rounds
@@ -964,7 +970,7 @@ def attack(server: Server, name: str, seconds: float) -> Result:
         result.notes.append(Note("the attack did not stop within 30 s", met=False))
     elif time.monotonic() - stopping > 5:
         result.notes.append(Note(f"stopping took {time.monotonic() - stopping:.1f} s"))
-    time.sleep(SETTLE)
+    time.sleep(LONG_SETTLE if name in KEPT_30_S else SETTLE)
     done.set()
     watcher.join()
     result.survived = server.alive()
@@ -995,7 +1001,8 @@ HEADER = ("| adapter | attack | survived | peak RSS MB | peak fds | peak threads
 
 def missed(r: Result, base: Baseline) -> bool:
     return (not r.survived or r.peak_rss > RSS_LIMIT or bool(r.probe_failures)
-            or percentile(r.rounds, 0.99) > PROBE_LIMIT or r.rss_after > base.rss + AFTER_LIMIT
+            or percentile(r.rounds, 0.99) > PROBE_LIMIT
+            or r.rss_after > r.rss_before + AFTER_LIMIT
             or r.fds_after > base.fds + FDS_SLACK or any(not n.met for n in r.notes))
 
 
@@ -1058,6 +1065,12 @@ def main() -> int:
                         server.stop()
                         server = Server(adapter, token_file, sandbox)
                         base = warm_up(server)
+                if server.alive():  # and after all of them, against the first baseline
+                    end = server.rss()
+                    kept = end > base.rss + AFTER_LIMIT
+                    any_missed = any_missed or kept
+                    print(f"<!-- {adapter}: RSS after every attack {end:.0f} MB, baseline "
+                          f"{base.rss:.0f} MB{' (missed)' if kept else ''} -->", flush=True)
             finally:
                 server.stop()
     return 1 if any_missed else 0

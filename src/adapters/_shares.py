@@ -72,10 +72,6 @@ class Shares:
             self._queues.clear()
             self._lock.notify_all()
 
-    def running(self, owner: Hashable) -> int:
-        with self._lock:
-            return self._running[owner]
-
     def _next(self) -> tuple[Hashable, Work, Done] | None:
         """The first owner in turn that may start a call; it goes to the back of the turn."""
         for owner in self._queues:

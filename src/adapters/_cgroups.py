@@ -72,11 +72,22 @@ def _own() -> str:
     return "/"
 
 
+def wrapper(place: str | None, env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """The command that puts a spawn in the cgroup ``place`` (None: no wrapper); ``env``: the
+    environment the program must get exactly (its PWD is put back)."""
+    if place is None:
+        return ()
+    pwd = dict(env).get("PWD")
+    if pwd is None:
+        return (SHELL, "-c", JOIN_UNSET_PWD, place)
+    return (SHELL, "-c", JOIN_KEEP_PWD, place, pwd)
+
+
 class NoTree:
     """Where no cgroup can be made: spawns go unwrapped, and signals reach the group only."""
 
-    def join(self, proc: int, env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
-        return ()
+    def place(self, proc: int) -> str | None:
+        return None
 
     def signalled(self, proc: int, name: str) -> None:
         pass
@@ -142,16 +153,13 @@ class Tree:
 
     # -- one process's cgroup, as the driver sees it ----------------------------------------
 
-    def join(self, proc: int, env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
-        """Make ``proc``'s cgroup, and return the wrapper that puts its spawn there; ``env``:
-        the environment the program must get exactly (its PWD is put back)."""
+    def place(self, proc: int) -> str | None:
+        """Make ``proc``'s cgroup (on the owner: the tree's records are its); `wrapper` is how
+        its spawn joins it."""
         path = os.path.join(self.base, f"p{proc}")
         os.mkdir(path)
         self._procs[proc] = path
-        pwd = dict(env).get("PWD")
-        if pwd is None:
-            return (SHELL, "-c", JOIN_UNSET_PWD, path)
-        return (SHELL, "-c", JOIN_KEEP_PWD, path, pwd)
+        return path
 
     def signalled(self, proc: int, name: str) -> None:
         """The group of ``proc`` got signal ``name``. An interrupt is the group's alone, as a

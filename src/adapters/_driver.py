@@ -375,49 +375,56 @@ class Driver:
     # -- processes ------------------------------------------------------------------------------
 
     def _spawn(self, action: Spawn) -> None:
-        if action.spec.sandbox is None:  # nothing slow to prepare: spawned at once
-            self._spawn_prepared(action, self._prepare(action.spec))
-            return
-        self._prep.submit(action.spec.session_id, partial(self._prepare, action.spec),
-                          partial(self._spawn_prepared, action))
-
-    def _prepare(self, spec: Any) -> Any:
-        """The backend's ExecSpec for ``spec``, or the exception that says why there is none."""
         try:
-            return self.backend.prepare(spec)
-        except Exception as exc:  # noqa: BLE001 - each kind is answered in _spawn_prepared
-            return exc
+            place = self._tree.place(action.proc)
+        except OSError as exc:  # out of cgroups, or of memory
+            self.feed(SpawnFailed(proc=action.proc, error=_posix.os_error_text(exc)))
+            return
+        if action.spec.sandbox is None:  # nothing slow to prepare: spawned at once
+            self._spawned(action, self._launch(action, place))
+            return
+        # A sandbox's setup, and the spawn itself (which waits for the child's exec, long on a
+        # loaded machine), run off the owner, sessions in turn.
+        self._prep.submit(action.spec.session_id, partial(self._launch, action, place),
+                          partial(self._spawned, action))
 
-    def _spawn_prepared(self, action: Spawn, prepared: Any) -> None:
-        if isinstance(prepared, BaseException):
-            self._prepare_failed(action, prepared)
-            return
-        if self.failure is not None:  # the core failed while this was prepared: never spawned
-            self._finalize_backend(action.proc, prepared.token, "failed", None, True)
-            return
-        # From here the backend is owed exactly one finalize, whatever happens to the spawn.
-        self._tokens[action.proc] = prepared.token
+    def _launch(self, action: Spawn, place: str | None) -> tuple[Any, Any]:
+        """(the backend's ExecSpec, the child), or the exception instead of either. Touches
+        nothing of the driver's: it may run on a worker thread."""
+        try:
+            prepared = self.backend.prepare(action.spec)
+        except Exception as exc:  # noqa: BLE001 - each kind is answered in _prepare_failed
+            return exc, None
         spec = attrs.evolve(action.spec, argv=prepared.argv, env=prepared.env, cwd=prepared.cwd,
                             arg0=prepared.arg0)
         try:
-            child = _posix.spawn(spec, prepared.pass_fds, self._tree.join(action.proc, spec.env))
-        except _posix.SpawnError as exc:
-            self._tree.finished(action.proc)
-            if prepared.argv[0] != action.spec.argv[0] and os.path.isdir(prepared.cwd):
-                # The backend's own command (docker, ssh) is missing: a server problem, not the
-                # client's program, so not the client's spawnNotFound either.
-                error = f"the backend's command {prepared.argv[0]}: {exc}"
-                self.feed(SpawnFailed(proc=action.proc, error=error))
-                return
-            self.feed(SpawnFailed(proc=action.proc, error=str(exc), kind=exc.kind))
-            return
-        except OSError as exc:  # out of descriptors, memory, cgroups...
-            self._tree.finished(action.proc)
-            self.feed(SpawnFailed(proc=action.proc, error=_posix.os_error_text(exc)))
-            return
+            return prepared, _posix.spawn(spec, prepared.pass_fds,
+                                          _cgroups.wrapper(place, spec.env))
+        except (_posix.SpawnError, OSError) as exc:  # or out of descriptors, memory, cgroups
+            return prepared, exc
         finally:
             for fd in prepared.pass_fds:
                 _posix.close_quietly(fd)
+
+    def _spawned(self, action: Spawn, launched: tuple[Any, Any]) -> None:
+        prepared, child = launched
+        if isinstance(prepared, BaseException):
+            self._tree.finished(action.proc)
+            self._prepare_failed(action, prepared)
+            return
+        if self.failure is not None:  # the core failed meanwhile: nothing of it may run
+            if isinstance(child, _posix.Child):
+                child.signal_group("KILL")
+                self._release(action.proc, child)
+            self._tree.finished(action.proc)
+            self._finalize_backend(action.proc, prepared.token, "failed", None, True)
+            return
+        # From here the backend is owed exactly one finalize, whatever happened to the spawn.
+        self._tokens[action.proc] = prepared.token
+        if not isinstance(child, _posix.Child):  # the spawn failed
+            self._tree.finished(action.proc)
+            self.feed(self._spawn_failure(action, prepared, child))
+            return
         self._children[action.proc] = child
         request = action.spec
         sandbox = "none" if request.sandbox is None else self.backend.sandbox_type
@@ -431,6 +438,17 @@ class Driver:
         self.loop.watch_read(child.pidfd, lambda: self._on_exit(action.proc))
         for stream in child.outputs:
             self._watch_output(action.proc, stream)
+
+    def _spawn_failure(self, action: Spawn, prepared: Any,
+                       exc: _posix.SpawnError | OSError) -> SpawnFailed:
+        if not isinstance(exc, _posix.SpawnError):  # out of descriptors, memory, cgroups...
+            return SpawnFailed(proc=action.proc, error=_posix.os_error_text(exc))
+        if prepared.argv[0] != action.spec.argv[0] and os.path.isdir(prepared.cwd):
+            # The backend's own command (docker, ssh) is missing: a server problem, not the
+            # client's program, so not the client's spawnNotFound either.
+            error = f"the backend's command {prepared.argv[0]}: {exc}"
+            return SpawnFailed(proc=action.proc, error=error)
+        return SpawnFailed(proc=action.proc, error=str(exc), kind=exc.kind)
 
     def _prepare_failed(self, action: Spawn, exc: BaseException) -> None:
         if isinstance(exc, Refused):

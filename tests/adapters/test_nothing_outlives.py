@@ -115,12 +115,12 @@ def test_an_unsandboxed_process_still_sees_and_signals_the_host_as_before() -> N
 
 def test_two_servers_in_one_process_keep_their_own_trees() -> None:
     """An application may embed two servers: one's stop takes nothing of the other's."""
-    from execproto.adapters._cgroups import Tree
+    from execproto.adapters._cgroups import Tree, wrapper
 
     first, second = Tree.create()[0], Tree.create()[0]
     assert isinstance(first, Tree) and isinstance(second, Tree) and first.base != second.base
     tag = str(random.randrange(10**6, 10**7))
-    sleeper = subprocess.Popen([*second.join(1, ()), "sleep", f"301.{tag}"])
+    sleeper = subprocess.Popen([*wrapper(second.place(1), ()), "sleep", f"301.{tag}"])
     try:
         assert eventually(lambda: len(_left(tag)) == 1)
         first.close()

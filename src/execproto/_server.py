@@ -91,11 +91,15 @@ _FS_METHODS = (
 )
 
 # WebSocket close codes (RFC 6455 and the IANA registry): the peer broke the protocol; the
-# server is going away; the server is overloaded, try again later.
+# server is going away; the server is overloaded, try again later; a policy was broken; a
+# message too big.
 PROTOCOL_ERROR = 1002
 GOING_AWAY = 1001
 TRY_AGAIN_LATER = 1013
 POLICY_VIOLATION = 1008
+MESSAGE_TOO_BIG = 1009
+# Bytes a message may have before the connection's initialize: its own is a few hundred.
+MAX_BEFORE_INITIALIZE = 64 << 10
 
 # Seconds a connection keeps its place however many come after it: an honest client sends
 # initialize one round trip after its upgrade; a client's that never does are the first to go.
@@ -304,6 +308,13 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         c = self._connection(event.conn)
         if c.closing:
             return  # the adapter is closing it; whatever was still in flight is moot
+        if c.handshake is Handshake.NEW and len(event.data) > MAX_BEFORE_INITIALIZE:
+            # Nothing large is parsed or decoded for a client that has not said who it is:
+            # four 45 MiB writes before initialize stalled every other client for seconds.
+            self._close_connection(
+                c, f"a message of {len(event.data)} bytes before initialize (at most "
+                f"{MAX_BEFORE_INITIALIZE})", MESSAGE_TOO_BIG)
+            return
         message = _jsonrpc.parse(event.data)
         if isinstance(message, _jsonrpc.Malformed):
             error = invalid_request(

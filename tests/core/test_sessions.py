@@ -111,6 +111,23 @@ def test_a_connection_that_never_initializes_is_closed_after_the_handshake_timeo
     assert h.core.next_deadline() is None  # the initialized one waits on nothing
 
 
+def test_nothing_large_is_looked_at_before_initialize() -> None:
+    """Four 45 MiB writes before initialize were parsed and decoded, seconds of the owner's
+    time each, only to be refused. Past 64 KiB before initialize, the connection is closed
+    unread (1009); after it, a large message is read as any other."""
+    h = Harness()
+    h.connect(1)
+    write = {"jsonrpc": "2.0", "id": 1, "method": "process/write",
+             "params": {"processId": "p", "chunk": "A" * (64 << 10), "writeId": "w"}}
+    closed = [a for a in h.send(1, json.dumps(write)) if isinstance(a, CloseConnection)]
+    assert [(a.conn, a.code) for a in closed] == [(1, 1009)]
+    assert "before initialize (at most 65536)" in closed[0].reason
+    h.connect(2)
+    h.handshake(2)
+    answer = h.call(2, "process/write", write["params"])
+    assert answer["result"] == {"status": "unknownProcess"}  # read, decoded, answered
+
+
 def test_each_connection_gets_its_own_session() -> None:
     h = Harness()
     h.connect(1)

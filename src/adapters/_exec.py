@@ -90,6 +90,13 @@ def run(args: argparse.Namespace) -> int:
         if not sep or not name:
             raise UsageError(f"--env wants NAME=VALUE, not {item!r}")
         env[name] = value
+    for index, arg in enumerate(argv):
+        _sendable(arg, "the program" if index == 0 else f"argument {index} of the command")
+    for name, value in env.items():
+        _sendable(name, f"--env name {name!r}")
+        _sendable(value, f"--env {name}")
+    if args.cwd is not None:
+        _sendable(args.cwd, "--cwd")
     if args.cwd is not None and not args.cwd.startswith("/"):
         raise UsageError(f"--cwd must be an absolute path on the server, not {args.cwd!r}")
     for name in ("connect_timeout", "handshake_timeout", "resume_timeout"):
@@ -119,6 +126,16 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(leaf, OSError):
                 return _fail(f"cannot reach the server at {args.url}: {_why(leaf)}")
         raise
+
+
+def _sendable(value: str, what: str) -> None:
+    """Refuse at once what the protocol cannot carry (a byte that is not UTF-8, which Python
+    gives as a lone surrogate): sent, it made invalid JSON whose answer matched no call."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{what} is not UTF-8 text ({value!r}); the protocol carries UTF-8 "
+                         "only") from None
 
 
 def _why(exc: OSError) -> str:

@@ -39,6 +39,7 @@ from ._errors import (
     PARSE_ERROR,
     SESSION_ATTACHED,
     LocalProtocolError,
+    UnsendableText,
     RpcError,
 )
 from ._paths import path_from_uri, uri_from_path
@@ -126,6 +127,7 @@ __all__ = [
     "HttpRequest",
     "HttpResponded",
     "LocalProtocolError",
+    "UnsendableText",
     "MessageReceived",
     "MissingChanged",
     "Output",

@@ -26,7 +26,7 @@ from ._client_events import (
     SessionLost,
 )
 from ._client_tracks import ClientState, ProcessTracking, _Call, _dumps, _Track
-from ._errors import INVALID_REQUEST, SESSION_ATTACHED, LocalProtocolError
+from ._errors import INVALID_REQUEST, SESSION_ATTACHED, LocalProtocolError, UnsendableText
 from ._paths import uri_from_path
 
 # Whether a call may be sent again after a reconnect, when it may or may not have been served.
@@ -129,6 +129,7 @@ class ClientCore(ProcessTracking):
             raise LocalProtocolError("the session is lost; start a new client")
         if retry is None:
             retry = _RETRY_SAFE.get(method, False)
+        _check_text(params, "")
         call = self._new_call(method, {} if params is None else params, retry)
         if self.state is ClientState.READY:
             self._send(call)
@@ -164,6 +165,7 @@ class ClientCore(ProcessTracking):
             params["arg0"] = arg0
         if env_policy is not None:
             params["envPolicy"] = env_policy
+        _check_text(params, "")  # before it is tracked: a refused start leaves nothing behind
         self._tracks[process_id] = _Track(started=False)
         return self.request("process/start", params)
 
@@ -208,6 +210,12 @@ class ClientCore(ProcessTracking):
 
     def _on_answer(self, message: dict[str, Any], events: list[ClientEvent]) -> None:
         call = self._inflight.pop(message.get("id"), None)  # type: ignore[arg-type]
+        if call is None and message.get("id") in _NO_ID and "error" in message and self._inflight:
+            # A frame the server could not read is answered with no id of its own (-1, as the
+            # reference does): it is the oldest call still waiting, since answers to frames
+            # are never overtaken by those to later ones on the same connection. Failing it
+            # beats waiting for good.
+            call = self._inflight.pop(next(iter(self._inflight)))
         if call is None:
             error = message.get("error")
             detail = error.get("message") if isinstance(error, dict) else None
@@ -293,6 +301,27 @@ class ClientCore(ProcessTracking):
         self._inflight.clear()
         self._waiting.clear()
         self._tracks.clear()
+
+
+# The ids an answer has when the server could not tell which frame it answers.
+_NO_ID = (-1, None)
+
+
+def _check_text(value: Any, where: str) -> None:
+    """Raise `UnsendableText` for the first string of ``value`` that is not UTF-8 text."""
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise UnsendableText(where or "a parameter", value) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key, f"{where}[{key!r}] (its name)" if where else f"{key!r}")
+            _check_text(item, f"{where}[{key!r}]" if where else str(key))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _check_text(item, f"{where}[{index}]")
 
 
 def _lost(call: _Call, why: str) -> Failure:

@@ -27,6 +27,18 @@ NOT_FOUND = -32004  # a path that does not exist, or an unknown fs handle
 SESSION_ATTACHED = -32010  # the session to resume is still attached to another connection
 
 
+class UnsendableText(ValueError):
+    """A call's text the protocol cannot carry: JSON text is UTF-8, and a string holding a lone
+    surrogate (an undecodable byte of argv or the environment, as Python's os module gives
+    it) would reach the server as invalid JSON, which it answers with no id to match. ``where``
+    names the field: ``argv[1]``, ``env['X']``."""
+
+    def __init__(self, where: str, value: str) -> None:
+        super().__init__(f"{where} is not UTF-8 text ({value!r}); the protocol carries "
+                         "UTF-8 only")
+        self.where = where
+
+
 class LocalProtocolError(Exception):
     """The adapter fed the core an event that is impossible in the current state."""
 

@@ -103,6 +103,20 @@ def test_bad_arguments_exit_2(server: Server) -> None:
     assert run(server.url, "true", options=("--env", "novalue")).returncode == 2
 
 
+def test_text_the_protocol_cannot_carry_exits_2_at_once_naming_it(server: Server) -> None:
+    """A byte that is not UTF-8 in the command or --env made invalid JSON whose answer (id -1)
+    matched no call: exec waited for good. It is refused before connecting."""
+    not_utf8 = os.fsdecode(b"caf\xe9")
+    for argv, options, named in (
+            (("ls", not_utf8), (), b"argument 1 of the command"),
+            (("env",), ("--env", f"X={not_utf8}"), b"--env X")):
+        began = time.monotonic()
+        ran = run(server.url, *argv, options=options)
+        assert ran.returncode == 2 and time.monotonic() - began < 10, ran
+        assert named in ran.stderr and b"not UTF-8 text" in ran.stderr, ran.stderr
+    assert run(server.url, "echo", "café").stdout == "café\n".encode()  # text goes through
+
+
 def _started(server: Server, script: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([*EXEC, server.url, "--", "sh", "-c", script],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

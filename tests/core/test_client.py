@@ -25,6 +25,7 @@ from execproto import (
     Response,
     ServerMisbehaved,
     SessionLost,
+    UnsendableText,
 )
 
 # -- a scripted server ---------------------------------------------------------------------------
@@ -142,6 +143,36 @@ def test_writes_carry_fresh_write_ids_unique_to_the_instance() -> None:
     assert first["params"] == {"processId": "p", "chunk": "aGk=", "writeId": "abc-1"}
     assert second["params"] == {"processId": "p", "chunk": "", "writeId": "abc-2",
                                 "closeStdin": True}
+
+
+def test_text_the_protocol_cannot_carry_is_refused_locally_naming_it() -> None:
+    """An undecodable byte of argv or the environment (a lone surrogate, as os gives it) would
+    reach the server as invalid JSON; its answer has no id to match, and the call waited for
+    good. It is refused before anything is sent, and the process id stays free."""
+    core = ready()
+    for argv, env, where in ((["ls", "caf\udce9"], {}, "argv[1]"),
+                             (["env"], {"X": "\udcff"}, "env['X']"),
+                             (["env"], {"\udcff": "v"}, "env['\\udcff'] (its name)")):
+        with pytest.raises(UnsendableText) as refused:
+            core.start("p", argv, cwd="/tmp", env=env)
+        assert refused.value.where == where and "not UTF-8 text" in str(refused.value)
+        assert sent(core) == []
+    core.start("p", ["ls", "café"], cwd="/tmp")  # text is fine, and the id was never taken
+    assert sent(core)[0]["params"]["argv"] == ["ls", "café"]
+
+
+def test_an_answer_with_no_id_fails_the_oldest_call_instead_of_being_dropped() -> None:
+    core = ready()
+    first = core.request("environment/info")
+    second = core.request("environment/info")
+    sent(core)
+    error = {"code": -32600, "message": "failed to parse JSON-RPC message"}
+    (failed,) = core.receive(json.dumps({"jsonrpc": "2.0", "id": -1, "error": error}))
+    assert isinstance(failed, Failure) and failed.call_id == first and failed.code == -32600
+    (done,) = answer(core, second, {})
+    assert isinstance(done, Response) and done.call_id == second
+    (stray,) = core.receive(json.dumps({"jsonrpc": "2.0", "id": -1, "error": error}))
+    assert isinstance(stray, ServerMisbehaved)  # nothing waits: reported, as before
 
 
 def test_a_failed_start_frees_the_process_id() -> None:

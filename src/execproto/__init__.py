@@ -39,8 +39,8 @@ from ._errors import (
     PARSE_ERROR,
     SESSION_ATTACHED,
     LocalProtocolError,
-    UnsendableText,
     RpcError,
+    UnsendableText,
 )
 from ._paths import path_from_uri, uri_from_path
 from ._policy import PathRule, Policy

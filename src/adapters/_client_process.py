@@ -44,6 +44,17 @@ class ConnectionLost(ExecError):
     safely was in flight when it dropped."""
 
 
+class ServerClosed(ConnectionLost):
+    """The server closed the connection with a close frame (going away, 1001, or refusing the
+    client): a decision, not a drop, so it is not resumed."""
+
+    def __init__(self, code: int | None, reason: str) -> None:
+        said = f" {reason}" if reason else ""
+        super().__init__(f"the server closed the connection: {code}{said}")
+        self.code = code
+        self.reason = reason
+
+
 class SessionGone(ExecError):
     """The server no longer has this client's session (it expired, or the server restarted)."""
 

@@ -54,6 +54,8 @@ class WebSocket:
         self._send_lock = anyio.Lock()
         self._parts: list[str | bytes | bytearray] = []
         self._closed = False
+        # The server's close frame, once one came: (code, reason). None: none came (a drop).
+        self.closed_by_server: tuple[int | None, str] | None = None
 
     @classmethod
     async def connect(cls, url: str, *, token: str | None = None,
@@ -134,6 +136,8 @@ class WebSocket:
                     if not await self._reply(event.response()):
                         return None
                 elif isinstance(event, CloseConnection):
+                    if not self._closed:  # its own close frame, not the echo of ours
+                        self.closed_by_server = (event.code, event.reason or "")
                     self._closed = True
                     if self._ws.state is ConnectionState.REMOTE_CLOSING:  # else we began it
                         await self._reply(event.response())

@@ -48,6 +48,7 @@ from ._client_process import (
     Process,
     RemoteError,
     Result,
+    ServerClosed,
     SessionGone,
     _Waiter,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "Process",
     "RemoteError",
     "Result",
+    "ServerClosed",
     "SessionGone",
     "connect",
 ]
@@ -276,6 +278,11 @@ class Client:
             self._dispatch(self._core.connection_lost())
             await ws.aclose()
             if self._closing:
+                return
+            if ws.closed_by_server is not None:
+                # A close frame is the server's decision (going away, 1001; or refusing us):
+                # only a connection that dropped is resumed.
+                self._break(ServerClosed(*ws.closed_by_server))
                 return
             self._on_connection("lost")
             try:

@@ -225,6 +225,23 @@ def test_a_server_that_dies_mid_command_is_one_line_and_255() -> None:
     ]
 
 
+def test_a_server_that_says_good_bye_ends_exec_at_once_with_255() -> None:
+    """A close frame (1001 when the server stops) is a decision, not a drop: before, exec spent
+    its whole resume timeout (25 s) reconnecting to a server that had said good-bye."""
+    leaving = Server("asyncio")
+    proc = subprocess.Popen([*EXEC, leaving.url, "--", "sh", "-c", "echo ready; sleep 60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    began = time.monotonic()
+    leaving.stop(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 255 and time.monotonic() - began < 5, (proc.returncode, err)
+    assert err.decode().splitlines() == [
+        f"execproto exec: {leaving.url}: the server closed the connection: 1001 server shutting "
+        "down"]
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_ends_the_wait_to_resume(signum: int) -> None:
     doomed = Server("asyncio")

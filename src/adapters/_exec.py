@@ -23,7 +23,7 @@ import anyio
 import anyio.abc
 
 from ._errors import UsageError, leaves
-from ._wsclient import HandshakeRefused
+from ._wsclient import HandshakeRefused, parse_url
 from .client import (
     CONNECT_TIMEOUT,
     HANDSHAKE_TIMEOUT,
@@ -102,8 +102,10 @@ def run(args: argparse.Namespace) -> int:
     for name in ("connect_timeout", "handshake_timeout", "resume_timeout"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
-    if not args.url.startswith(("ws://", "wss://")):
-        raise UsageError(f"the server must be a ws://IP:PORT URL, not {args.url!r}")
+    try:
+        parse_url(args.url)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     token = read_token(args.auth_token_file) if args.auth_token_file else None
     terminal = args.tty and os.isatty(0)
     if args.tty:

@@ -36,11 +36,16 @@ class HandshakeRefused(ConnectionError):
 
 def parse_url(url: str) -> tuple[str, int, str, bool]:
     """Host, port, request target and whether TLS is on, from a ``ws://`` or ``wss://`` URL."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        given = parts.port  # raises for a port that is not a number from 0 to 65535
+    except ValueError as exc:
+        raise ValueError(f"not a websocket URL (ws://HOST:PORT): {url!r} "
+                         f"({str(exc).lower()})") from None
+    if parts.scheme not in ("ws", "wss") or not parts.hostname or given == 0:
         raise ValueError(f"not a websocket URL (ws://HOST:PORT): {url!r}")
     tls = parts.scheme == "wss"
-    port = parts.port or (443 if tls else 80)
+    port = given or (443 if tls else 80)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return parts.hostname, port, target, tls
 

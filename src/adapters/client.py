@@ -267,7 +267,8 @@ class Client:
     async def _run(self) -> None:
         while True:
             ws = self._ws
-            assert ws is not None
+            if ws is None:  # closed before this task first ran (the block raised at once)
+                return
             while (message := await ws.receive()) is not None:
                 self._dispatch(self._core.receive(message))
                 await self._flush()
@@ -389,10 +390,28 @@ async def connect(
                     acks=acks, connect_timeout=connect_timeout,
                     handshake_timeout=handshake_timeout, on_connection=on_connection)
     await client._open()
-    async with anyio.create_task_group() as group:
-        group.start_soon(client._run)
-        try:
-            yield client
-        finally:
-            await client.aclose()
-            group.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(client._run)
+            try:
+                yield client
+            finally:
+                await client.aclose()
+                group.cancel_scope.cancel()
+    except BaseExceptionGroup as group_error:
+        # The task group wraps what the caller's own code raised: give it back as it was, so
+        # `except RemoteError` around the block works. Several at once stay a group.
+        alone = _alone(group_error)
+        if alone is None:
+            raise
+        raise alone from None
+
+
+def _alone(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception inside ``group`` (through nested groups), or None if there are more."""
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup):
+        if len(inner.exceptions) != 1:
+            return None
+        inner = inner.exceptions[0]
+    return inner

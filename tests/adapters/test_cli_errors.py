@@ -98,7 +98,9 @@ MISTAKES = [
     ("exec {url} --cwd /etc/hostname -- pwd", 2, "--cwd /etc/hostname: no such directory"),
     ("exec {url} --connect-timeout 0 -- true", 2, "--connect-timeout must be positive"),
     ("exec {url} --log-level loud -- true", 2, "invalid choice: 'LOUD'"),
-    ("exec 127.0.0.1:1 -- true", 2, "must be a ws://IP:PORT URL"),
+    ("exec 127.0.0.1:1 -- true", 2, "not a websocket URL (ws://HOST:PORT): '127.0.0.1:1'"),
+    ("exec ws://127.0.0.1:99999 -- true", 2,  # was "internal error ... a bug"
+     "not a websocket URL (ws://HOST:PORT): 'ws://127.0.0.1:99999' (port out of range"),
     ("exec ws://127.0.0.1:1 -- true", 255,
      "cannot reach the server at ws://127.0.0.1:1: Connection refused"),
     ("exec ws://127.0.0.1:{silent} --handshake-timeout 1 -- true", 255,

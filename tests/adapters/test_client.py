@@ -236,3 +236,15 @@ async def test_it_works_against_the_reference(tmp_path: Path) -> None:
             assert await ex.read_file(str(tmp_path / "f")) == b"data"
     finally:
         reference.stop()
+
+
+async def test_an_error_inside_connect_is_raised_as_itself(server: Server) -> None:
+    """The task group under `connect()` wrapped what the block raised in an ExceptionGroup, so
+    `except RemoteError` around it never matched."""
+    with pytest.raises(RemoteError) as raised:
+        async with connect(server.url) as ex:
+            await ex.get_metadata("/no/such/path")
+    assert "No such file or directory" in raised.value.message
+    with pytest.raises(KeyError):  # the caller's own errors too
+        async with connect(server.url):
+            raise KeyError("mine")

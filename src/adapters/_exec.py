@@ -1,9 +1,11 @@
 """``execproto exec URL -- CMD ARGS...``: run one command on an exec-server, like ``ssh host cmd``.
 
 The remote stdout and stderr go to the local ones byte for byte; local stdin is forwarded when
-it is not a terminal (or, with ``--tty``, as raw keystrokes); Ctrl-C interrupts the remote process
-(the third one terminates it); the exit status is the remote exit code, 255 when the server
-cannot be reached or the session is lost, 2 for a mistake in the command line.
+it is not a terminal (or, with ``--tty``, as raw keystrokes); Ctrl-C interrupts the remote process;
+the third one, SIGTERM or SIGHUP terminate it and end exec within GIVE_UP (1 s) with 128 + N,
+whatever the server does. The exit status is otherwise the remote exit code, 255 when the
+server cannot be reached, closes the connection or the session is lost, 2 for a mistake in
+the command line.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ FAILED = 255
 SPAWN_STATUS = {"spawnNotFound": NOT_FOUND, "spawnPermissionDenied": NOT_EXECUTABLE}
 # Ctrl-C interrupts; this many in a row terminate instead, for a program that ignores SIGINT.
 TERMINATE_AFTER = 3
+GIVE_UP = 1.0  # seconds a stopping signal waits for the server before exec ends anyway
 RESUME_TIMEOUT = 25.0
 # With --tty the protocol carries no terminal size (the reference has no process/resize), so
 # the command is started through sh, which sets the size on its terminal and then becomes it.
@@ -176,7 +179,6 @@ class _Session:
         self.client: Client | None = None
         self.proc: Process | None = None
         self.status: int | None = None  # set when a signal ends the command early
-        self.pending: int | None = None  # a signal that came while the start was in flight
         self.pressed = 0  # Ctrl-Cs so far
 
     async def run(self) -> int:
@@ -195,10 +197,7 @@ class _Session:
 
     def _on_signal(self, signum: int, group: anyio.abc.TaskGroup) -> None:
         client, proc = self.client, self.proc
-        if client is not None and client.connected and proc is None and self.pending is None:
-            self.pending = signum  # the start is in flight: act on it once it answers
-            return
-        if client is None or proc is None or not client.connected:
+        if client is None or not client.connected:
             # Still connecting, or waiting to resume: nothing can be told; give up now.
             if client is not None and proc is not None:
                 print(f"execproto exec: {signal.Signals(signum).name} while reconnecting: "
@@ -208,13 +207,26 @@ class _Session:
             group.cancel_scope.cancel()
             return
         # Ctrl-C interrupts, unless the terminal is raw: then it is just a keystroke.
-        if signum == signal.SIGINT and not self.args.tty:
+        if signum == signal.SIGINT and not self.args.tty and proc is not None:
             self.pressed += 1
             if self.pressed < TERMINATE_AFTER:
                 group.start_soon(_quietly, proc.interrupt)
                 return
-        # SIGTERM and SIGHUP stop the remote process, so it does not outlive this command.
-        group.start_soon(_quietly, proc.terminate)
+        # SIGTERM, SIGHUP, the third Ctrl-C, or any signal while the start is in flight: the
+        # remote process is stopped, and exec ends within GIVE_UP whatever the server does.
+        if self.status is None:
+            self.status = 128 + signum
+            group.start_soon(self._stop_within, group)
+
+    async def _stop_within(self, group: anyio.abc.TaskGroup) -> None:
+        """Terminate the remote process (once the start answers, if it is in flight) and let
+        its last output come; after GIVE_UP, end anyway: a frozen server answers nothing."""
+        with anyio.move_on_after(GIVE_UP):
+            while self.proc is None:
+                await anyio.sleep(0.02)
+            await _quietly(self.proc.terminate)
+            await anyio.sleep_forever()  # the command ends with its process, or this window
+        group.cancel_scope.cancel()
 
     def _said(self, state: str) -> None:
         if state == "lost":
@@ -239,9 +251,6 @@ class _Session:
             except RemoteError as error:
                 return await self._not_started(ex, error)
             self.proc = proc
-            if self.pending is not None:
-                await _quietly(proc.terminate)
-                self.status = 128 + self.pending
             async with anyio.create_task_group() as group:
                 if forward:
                     group.start_soon(_forward_stdin, proc)

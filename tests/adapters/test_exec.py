@@ -135,7 +135,8 @@ def test_ctrl_c_interrupts_the_remote_process(server: Server) -> None:
 
 
 def test_ctrl_c_three_times_terminates_a_process_that_ignores_it(server: Server) -> None:
-    proc = _started(server, "trap '' INT; echo ready; sleep 60")
+    tag = f"60.{os.getpid()}"
+    proc = _started(server, f"trap '' INT; echo ready; sleep {tag}")
     for _ in range(3):
         proc.send_signal(signal.SIGINT)
         try:
@@ -143,7 +144,27 @@ def test_ctrl_c_three_times_terminates_a_process_that_ignores_it(server: Server)
         except subprocess.TimeoutExpired:
             pass
     proc.communicate(timeout=30)
-    assert proc.returncode == 143  # SIGTERM, from terminate
+    assert proc.returncode == 128 + signal.SIGINT  # exec's own, as for any signal that ends it
+    ps = subprocess.run(["pgrep", "-f", f"sleep {tag}"], capture_output=True)
+    assert ps.stdout == b"", "the remote process was not terminated"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stopping_signal_ends_exec_within_a_second_of_a_frozen_server(signum: int) -> None:
+    """A request the server never answers (it is SIGSTOPped) kept SIGTERM and SIGHUP parked:
+    only SIGKILL ended exec, so `timeout N execproto exec ...` could not."""
+    frozen = Server("asyncio")
+    proc = _started(frozen, "echo ready; sleep 60")
+    try:
+        os.kill(frozen.process.pid, signal.SIGSTOP)
+        began = time.monotonic()
+        proc.send_signal(signum)
+        proc.communicate(timeout=30)
+        took = time.monotonic() - began
+        assert proc.returncode == 128 + signum and took < 3, (proc.returncode, took)
+    finally:
+        os.kill(frozen.process.pid, signal.SIGCONT)
+        frozen.stop()
 
 
 def test_a_closed_stdout_stops_the_remote_process(server: Server) -> None:

@@ -155,6 +155,12 @@ def test_version() -> None:
     assert done.returncode == 0 and done.stdout.startswith("execproto 0.")
 
 
+def test_python_m_execproto_is_the_command_line() -> None:
+    done = subprocess.run([sys.executable, "-m", "execproto", "--version"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and done.stdout.startswith("execproto 0."), done
+
+
 def test_a_backend_module_is_found_in_the_current_directory(tmp_path: Path) -> None:
     (tmp_path / "mybackends.py").write_text(
         "from execproto.adapters.backends import LocalBackend\n"

@@ -38,6 +38,7 @@ class Shares:
         self._queues: dict[Hashable, deque[tuple[Work, Done]]] = {}  # in turn order
         self._running: Counter[Hashable] = Counter()
         self._held: set[Hashable] = set()
+        self._queued = 0  # calls in the queues
         self._started = 0
         self._idle = 0
         self._closed = False
@@ -45,7 +46,10 @@ class Shares:
     def submit(self, owner: Hashable, work: Work, done: Done) -> None:
         with self._lock:
             self._queues.setdefault(owner, deque()).append((work, done))
-            if self._idle == 0 and self._started < self._workers:
+            self._queued += 1
+            # More calls waiting than threads waiting for them: one more thread, while there
+            # may be (an idle thread that has not woken yet counts for one call only).
+            if self._queued > self._idle and self._started < self._workers:
                 self._started += 1
                 threading.Thread(target=self._run, name=self._name, daemon=True).start()
             self._lock.notify()
@@ -63,13 +67,14 @@ class Shares:
     def drop(self, owner: Hashable) -> None:
         """Forget ``owner``'s queued calls: they are not run, and their ``done`` never called."""
         with self._lock:
-            self._queues.pop(owner, None)
+            self._queued -= len(self._queues.pop(owner, ()))
             self._held.discard(owner)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self._queues.clear()
+            self._queued = 0
             self._lock.notify_all()
 
     def _next(self) -> tuple[Hashable, Work, Done] | None:
@@ -78,6 +83,7 @@ class Shares:
             if self._running[owner] < self._per_owner and owner not in self._held:
                 queue = self._queues.pop(owner)
                 work, done = queue.popleft()
+                self._queued -= 1
                 if queue:
                     self._queues[owner] = queue
                 self._running[owner] += 1

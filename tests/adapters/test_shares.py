@@ -118,3 +118,18 @@ def test_a_failing_call_gets_its_exception_as_its_result() -> None:
     posted.get(timeout=WAIT)()
     assert isinstance(got[0], ValueError)
     shares.close()
+
+
+def test_calls_queued_at_once_each_get_a_thread_while_threads_are_left() -> None:
+    """Two calls submitted together, one thread idle, threads still to start: both run at once
+    (a free thread was counted for each, so the second waited for the first to finish)."""
+    pool = Pool(workers=4, per_owner=2)
+    pool.submit("a", "a1")
+    assert pool.next_started() == "a1"
+    pool.finish("a1")  # its thread is idle now
+    pool.submit("b", "b1")
+    pool.submit("b", "b2")
+    assert {pool.next_started(), pool.next_started()} == {"b1", "b2"}
+    pool.finish("b1")
+    pool.finish("b2")
+    pool.shares.close()

@@ -575,8 +575,9 @@ def fragments(url: str, stop: threading.Event) -> None:
 
 
 def fs_open_leak(url: str, stop: threading.Event) -> None:
-    """Issue 22, fs/open after a hang-up: 10 rounds of 4 walks of /usr (the fs pool busy) and
-    128 fs/open calls queued behind them, then the client hangs up without reading. An open that
+    """Issue 22, fs/open after a hang-up: 10 rounds of 4 walks of /usr (they kept the one fs pool
+    busy; walks now have threads of their own) and 128 fs/open calls, which queue behind the
+    connection's share of the fs pool, then the client hangs up without reading. An open that
     runs after its connection is gone must not keep its descriptor (`fds after`)."""
     with tempfile.TemporaryDirectory(prefix="attack-open-") as tmp:
         target = Path(tmp) / "file"

@@ -1,8 +1,9 @@
 """A client that hangs up with fs/open calls still queued leaves no descriptor behind.
 
-The pool is kept busy with walks, so the opens run after the connection is gone; before, each
-one kept its descriptor for a connection nobody would close (1,016 after ten rounds), until
-`process/start` failed for everyone with "Too many open files". Bounded: five rounds.
+The connection's share of the fs pool is kept busy with large reads, so its opens wait behind
+them and the hang-up comes while they wait or run; before, each one kept its descriptor for a
+connection nobody would close (1,016 after ten rounds), until `process/start` failed for
+everyone with "Too many open files". Bounded: five rounds.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def _descriptors(pid: int) -> int:
 def test_queued_opens_of_a_client_that_hung_up_are_closed(adapter: str, tmp_path: Path) -> None:
     target = tmp_path / "file"
     target.write_text("contents\n")
+    big = tmp_path / "big"
+    big.write_bytes(b"\0" * (16 << 20))
     server = Server(adapter)
     try:
         warm = server.client()
@@ -34,8 +37,8 @@ def test_queued_opens_of_a_client_that_hung_up_are_closed(adapter: str, tmp_path
         baseline = _descriptors(server.process.pid)
         for round_ in range(ROUNDS):
             client = server.client()
-            for _ in range(4):  # the pool's workers busy while the opens queue up
-                client.request("fs/walk", {"path": uri("/usr/lib"), "options": WALK})
+            for _ in range(4):  # the connection's fs threads busy while the opens queue up
+                client.request("fs/readFile", {"path": uri(big)})
             for number in range(OPENS):
                 client.request("fs/open", {"handleId": f"h{round_}-{number}",
                                            "path": uri(target)})

@@ -35,6 +35,12 @@ def test_one_connections_walks_take_only_its_share(adapter: str) -> None:
             assert "result" in other.call("fs/getMetadata", {"path": uri("/tmp")}, timeout=60)
             worst = max(worst, time.monotonic() - began)
         assert worst < PROBE_LIMIT, worst
+        # And a walk of its own: walks have their own threads, one of them the hog's at most.
+        began = time.monotonic()
+        small = {**WALK, "maxEntries": 10}
+        assert "result" in other.call("fs/walk", {"path": uri("/usr"), "options": small},
+                                      timeout=60)
+        assert time.monotonic() - began < PROBE_LIMIT
         hog.close()
     finally:
         log = server.stop()

@@ -149,6 +149,11 @@ class Process:
                 raise BrokenPipeError(f"stdin of process {self.process_id}: {status}")
             await anyio.sleep(0.01)  # the server has not seen the spawn yet
 
+    async def resize(self, rows: int, cols: int) -> None:
+        """Set the size of the process's terminal (started with ``tty=True``). execproto's
+        extension: check ``client.supports("process/resize")``; the reference answers -32601."""
+        await self._client.call_core(lambda core: core.resize(self.process_id, rows, cols))
+
     async def interrupt(self) -> None:
         """SIGINT to the process group, if it is still running."""
         await self._client.call_core(lambda core: core.interrupt(self.process_id))

@@ -119,6 +119,11 @@ class Client:
     def environment_info(self) -> Any:
         return self._core.environment_info
 
+    def supports(self, method: str) -> bool:
+        """Whether the server named ``method`` among its execproto extensions (such as
+        ``process/resize``); the reference names none."""
+        return method in self._core.extensions
+
     # -- processes --------------------------------------------------------------------------------
 
     async def start(
@@ -132,6 +137,7 @@ class Client:
         pipe_stdin: bool = False,
         arg0: str | None = None,
         process_id: str | None = None,
+        size: tuple[int, int] | None = None,
     ) -> Process:
         """Start ``argv`` on the server. ``cwd`` defaults to the server's working directory.
 
@@ -154,7 +160,7 @@ class Client:
         try:
             await self.call_core(lambda core: core.start(
                 process_id, argv, cwd=cwd, env=env, tty=tty, pipe_stdin=pipe_stdin, arg0=arg0,
-                env_policy=policy,
+                env_policy=policy, size=size,
             ))
         except BaseException:
             del self._procs[process_id]

@@ -38,6 +38,7 @@ _RETRY_SAFE = {
     "process/write": True,
     "process/signal": False,
     "process/terminate": True,
+    "process/resize": True,
     "environment/info": True,
     "fs/readFile": True,
     "fs/writeFile": True,
@@ -67,6 +68,9 @@ class ClientCore(ProcessTracking):
         self.state = ClientState.DISCONNECTED
         self.session_id: str | None = None
         self.environment_info: Any = None
+        # execproto's extension methods the server named in its initialize answer (a server
+        # without them, the reference, names none).
+        self.extensions: frozenset[str] = frozenset()
         self._next_id = 1
         self._next_write = 1
         self._outbox: list[bytes] = []
@@ -148,9 +152,11 @@ class ClientCore(ProcessTracking):
         pipe_stdin: bool = False,
         arg0: str | None = None,
         env_policy: dict[str, Any] | None = None,
+        size: tuple[int, int] | None = None,
     ) -> int:
-        """``process/start``; ``cwd`` is a path on the server's host. Its events are tracked
-        from now on, so none that arrive before the answer are lost."""
+        """``process/start``; ``cwd`` is a path on the server's host. ``size`` (rows, cols) is
+        the terminal's first size, sent only when given (execproto's extension, for a tty).
+        Its events are tracked from now on, so none that arrive before the answer are lost."""
         if process_id in self._tracks:
             raise LocalProtocolError(f"process id {process_id} is already in use by this client")
         params: dict[str, Any] = {
@@ -165,6 +171,8 @@ class ClientCore(ProcessTracking):
             params["arg0"] = arg0
         if env_policy is not None:
             params["envPolicy"] = env_policy
+        if size is not None:
+            params["rows"], params["cols"] = size
         _check_text(params, "")  # before it is tracked: a refused start leaves nothing behind
         self._tracks[process_id] = _Track(started=False)
         return self.request("process/start", params)
@@ -187,6 +195,11 @@ class ClientCore(ProcessTracking):
 
     def terminate(self, process_id: str) -> int:
         return self.request("process/terminate", {"processId": process_id})
+
+    def resize(self, process_id: str, rows: int, cols: int) -> int:
+        """``process/resize`` (execproto's extension: see `extensions`): the terminal's size."""
+        return self.request("process/resize", {"processId": process_id, "rows": rows,
+                                               "cols": cols})
 
     # -- receiving ------------------------------------------------------------------------------
 
@@ -269,6 +282,7 @@ class ClientCore(ProcessTracking):
         resumed = self.session_id is not None
         self.session_id = result["sessionId"]
         self.environment_info = result.get("environmentInfo")
+        self.extensions = _extensions(result)
         window = result.get("outputAcks") if self.acks else None
         self._ack_window = (
             (max(1, window["bytes"] // 4), max(1, window["chunks"] // 4)) if window else None
@@ -305,6 +319,15 @@ class ClientCore(ProcessTracking):
 
 # The ids an answer has when the server could not tell which frame it answers.
 _NO_ID = (-1, None)
+
+
+def _extensions(result: dict[str, Any]) -> frozenset[str]:
+    """The extension methods an initialize answer names (``execproto.methods``), if any."""
+    ours = result.get("execproto")
+    methods = ours.get("methods") if isinstance(ours, dict) else None
+    if not isinstance(methods, list):
+        return frozenset()
+    return frozenset(m for m in methods if isinstance(m, str))
 
 
 def _check_text(value: Any, where: str) -> None:

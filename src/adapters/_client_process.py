@@ -18,9 +18,13 @@ if TYPE_CHECKING:
     from .client import Client
 
 
-# While someone iterates a process's output, a backlog this large stops the connection from
-# being read, so the server pauses the process instead of the client buffering without end.
-BACKLOG_BYTES = 8 << 20
+# Unread output a process may have in the client (the default of connect's ``buffer_bytes``).
+# Past it, output is not acknowledged until it is read, so the server pauses the process; a
+# server without acks (the reference) is read no further while no call waits for an answer.
+BUFFER_BYTES = 8 << 20
+# Writes to one process's stdin sent before the first of them is answered: enough to keep the
+# pipe busy through a round trip, few enough that the server's stdin backlog holds them all.
+WRITES_IN_FLIGHT = 8
 
 
 class ExecError(Exception):
@@ -88,12 +92,19 @@ class _Waiter:
 class Process:
     """A process started on the server. Its events are kept from the start, in order."""
 
-    def __init__(self, client: Client, process_id: str) -> None:
+    def __init__(self, client: Client, process_id: str, buffer_bytes: int = BUFFER_BYTES) -> None:
         self.process_id = process_id
         self._client = client
+        self._buffer_bytes = buffer_bytes
+        # Output not yet read. Its first ``_released`` chunks (``_released_bytes`` of them) have
+        # been released to the server; the rest wait until there is room or they are read.
         self._chunks: deque[Chunk] = deque()
         self._backlog = 0
+        self._released = 0
+        self._released_bytes = 0
         self._readers = 0
+        self._writes: deque[_Waiter] = deque()  # stdin writes in flight, oldest first
+        self._writing = False  # a write has been accepted: the process is there to take more
         self._changed = anyio.Event()
         self.exit_code: int | None = None
         self.exited = False
@@ -102,15 +113,20 @@ class Process:
         self.lost: list[OutputLost] = []  # output the server no longer had when asked for it
         self._error: BaseException | None = None
 
+    @property
+    def buffered(self) -> int:
+        """Bytes of output received and not yet read."""
+        return self._backlog
+
     async def output(self) -> AsyncIterator[Chunk]:
-        """Every chunk of output, in order, until the process closes."""
+        """Every chunk of output, in order, until the process closes. What is read is gone:
+        two readers share the chunks between them."""
         self._readers += 1
         try:
             while True:
                 while self._chunks:
-                    chunk = self._chunks.popleft()
-                    self._backlog -= len(chunk.data)
-                    self._notify()
+                    chunk = self._take()
+                    await self._client._flush()  # the acks its reading made due
                     yield chunk
                 if self.closed:
                     return
@@ -119,10 +135,21 @@ class Process:
                 await self._wait()
         finally:
             self._readers -= 1
-            self._notify()
+            self._client._reader_moved()
+
+    async def communicate(self) -> tuple[bytes, bytes]:
+        """Read all the output until the process closes: (stdout, stderr). A terminal's output
+        (``tty=True``) is in stdout."""
+        out: dict[str, list[bytes]] = {"stdout": [], "stderr": [], "pty": []}
+        async for chunk in self.output():
+            out[chunk.stream].append(chunk.data)
+        return b"".join(out["stdout"] + out["pty"]), b"".join(out["stderr"])
 
     async def wait(self) -> Result:
-        """Wait until the process has closed (exited, and all its output is in)."""
+        """Wait until the process has closed (exited, and all its output is in). It reads no
+        output: past ``buffer_bytes`` of unread output the process is paused, as with a pipe,
+        so wait on a process whose output may be large while reading it, or use
+        `communicate`."""
         while not self.closed:
             if self._error is not None:
                 raise self._error
@@ -130,23 +157,52 @@ class Process:
         return Result(self.exit_code, self.failure)
 
     async def write(self, data: bytes) -> None:
-        """Write to the process's stdin (started with ``pipe_stdin=True``, or a tty)."""
-        await self._write(data, close=False)
+        """Write to the process's stdin (started with ``pipe_stdin=True``, or a tty).
+
+        Up to WRITES_IN_FLIGHT writes are sent before the oldest is answered, so this returns
+        once the write is sent, not served; a write that fails raises from a later `write`,
+        `drain` or `close_stdin`. The first write waits for its answer (until the server has
+        spawned the process, a write is answered "starting" and sent again), and so does one
+        after the exit."""
+        if not self._writing or self.exited:  # the answer says what became of it
+            await self.drain()
+            await self._write_now(data, close=False)
+            self._writing = True
+            return
+        while len(self._writes) >= WRITES_IN_FLIGHT:
+            await self._settle_oldest()
+        self._writes.append(await self._client.send_call(
+            lambda core: core.write(self.process_id, data)
+        ))
+
+    async def drain(self) -> None:
+        """Wait until every write sent so far is answered; raise the first that failed."""
+        while self._writes:
+            await self._settle_oldest()
 
     async def close_stdin(self) -> None:
-        """Close the process's stdin, so it reads EOF."""
-        await self._write(b"", close=True)
+        """Close the process's stdin, so it reads EOF, once every write before it is in."""
+        await self.drain()
+        await self._write_now(b"", close=True)
 
-    async def _write(self, data: bytes, close: bool) -> None:
+    async def _settle_oldest(self) -> None:
+        waiter = self._writes[0]
+        await waiter.done.wait()
+        self._writes.popleft()
+        if waiter.error is not None:
+            self._writes.clear()  # the rest were sent after a failure: theirs say no more
+            raise waiter.error
+        _accepted(self.process_id, waiter.value["status"])
+
+    async def _write_now(self, data: bytes, close: bool) -> None:
         while True:
             reply = await self._client.call_core(
                 lambda core: core.write(self.process_id, data, close_stdin=close)
             )
             status = reply["status"]
-            if status == "accepted":
-                return
             if status != "starting":
-                raise BrokenPipeError(f"stdin of process {self.process_id}: {status}")
+                _accepted(self.process_id, status)
+                return
             await anyio.sleep(0.01)  # the server has not seen the spawn yet
 
     async def resize(self, rows: int, cols: int) -> None:
@@ -166,6 +222,30 @@ class Process:
 
     # -- fed by the client's receive loop ---------------------------------------------------------
 
+    def _take(self) -> Chunk:
+        """The oldest unread chunk; release what now has room."""
+        chunk = self._chunks.popleft()
+        size = len(chunk.data)
+        self._backlog -= size
+        if self._released:
+            self._released -= 1
+            self._released_bytes -= size
+        else:  # held until now: read, so the server may drop it
+            self._client._release(self.process_id, chunk.seq)
+        self._release_room()
+        self._client._reader_moved()
+        return chunk
+
+    def _release_room(self) -> None:
+        chunks, room = self._chunks, self._buffer_bytes
+        while self._released < len(chunks):
+            chunk = chunks[self._released]
+            if self._released_bytes + len(chunk.data) > room:
+                return
+            self._released += 1
+            self._released_bytes += len(chunk.data)
+            self._client._release(self.process_id, chunk.seq)
+
     def _notify(self) -> None:
         self._changed.set()
 
@@ -178,6 +258,7 @@ class Process:
     def _on_output(self, event: Output) -> None:
         self._chunks.append(Chunk(event.stream, event.data, event.seq))
         self._backlog += len(event.data)
+        self._release_room()
         self._notify()
 
     def _on_exited(self, event: Exited) -> None:
@@ -196,4 +277,10 @@ class Process:
 
     @property
     def _backed_up(self) -> bool:
-        return self._readers > 0 and self._backlog > BACKLOG_BYTES
+        """More unread output than ``buffer_bytes`` while someone reads it."""
+        return self._readers > 0 and self._backlog > self._buffer_bytes
+
+
+def _accepted(process_id: str, status: str) -> None:
+    if status != "accepted":
+        raise BrokenPipeError(f"stdin of process {process_id}: {status}")

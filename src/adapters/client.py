@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -42,6 +43,7 @@ from execproto import (
 )
 
 from ._client_process import (
+    BUFFER_BYTES,
     Chunk,
     ConnectionLost,
     ExecError,
@@ -57,6 +59,7 @@ from ._wsclient import WebSocket
 __all__ = [
     "Chunk",
     "Client",
+    "run",
     "ConnectionLost",
     "ExecError",
     "Process",
@@ -89,15 +92,20 @@ class Client:
         connect_timeout: float = CONNECT_TIMEOUT,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         on_connection: Callable[[str], None] | None = None,
+        buffer_bytes: int = BUFFER_BYTES,
     ) -> None:
         self.url = url
+        self.buffer_bytes = buffer_bytes
         self.resume_timeout = resume_timeout
         self.connect_timeout = connect_timeout
         self.handshake_timeout = handshake_timeout
         # Told "lost" when a dropped connection starts a resume, "resumed" when it is back.
         self._on_connection = on_connection or (lambda state: None)
         self._token = token
-        self._core = ClientCore(uuid.uuid4().hex, client_name, acks=acks)
+        # Output is released to the server as the processes' readers take it (or while they
+        # have room for it), so a reader that stops pauses only its own process.
+        self._core = ClientCore(uuid.uuid4().hex, client_name, acks=acks,
+                                release_on_delivery=False)
         self._ws: WebSocket | None = None
         self._calls: dict[int, _Waiter] = {}
         self._procs: dict[str, Process] = {}
@@ -105,6 +113,7 @@ class Client:
         self._broken: BaseException | None = None
         self._closing = False
         self._handshake_error: str | None = None  # why the last initialize was refused
+        self._stirred = anyio.Event()  # a call was made or a reader read: see `_hold`
 
     @property
     def session_id(self) -> str | None:
@@ -155,7 +164,7 @@ class Client:
         if inherit_env is not None:
             policy = {"inherit": inherit_env, "ignoreDefaultExcludes": False, "exclude": [],
                       "set": {}, "includeOnly": []}
-        proc = Process(self, process_id)
+        proc = Process(self, process_id, self.buffer_bytes)
         self._procs[process_id] = proc
         try:
             await self.call_core(lambda core: core.start(
@@ -222,15 +231,31 @@ class Client:
         """Make one call on the client core (``make(core)`` returns its call id), send it, and
         await its result; `RemoteError` or the connection's failure if it fails. What `request`
         and a `Process`'s calls go through."""
-        if self._broken is not None:
-            raise self._broken
-        call_id: int = make(self._core)
-        waiter = self._calls[call_id] = _Waiter()
-        await self._flush()
+        waiter = await self.send_call(make)
         await waiter.done.wait()
         if waiter.error is not None:
             raise waiter.error
         return waiter.value
+
+    async def send_call(self, make: Any) -> _Waiter:
+        """Make and send one call on the client core, as `call_core` does, without waiting for
+        its answer: the returned waiter's ``done`` is set when it comes."""
+        if self._broken is not None:
+            raise self._broken
+        call_id: int = make(self._core)
+        waiter = self._calls[call_id] = _Waiter()
+        self._stir()
+        await self._flush()
+        return waiter
+
+    def _release(self, process_id: str, seq: int) -> None:
+        self._core.release(process_id, seq)
+
+    def _reader_moved(self) -> None:
+        self._stir()
+
+    def _stir(self) -> None:
+        self._stirred.set()
 
     async def _flush(self) -> None:
         frames = self._core.data_to_send()
@@ -278,9 +303,7 @@ class Client:
             while (message := await ws.receive()) is not None:
                 self._dispatch(self._core.receive(message))
                 await self._flush()
-                for proc in list(self._procs.values()):
-                    while proc._backed_up:  # hold the connection until the reader catches up
-                        await proc._wait()
+                await self._hold()
             self._ws = None
             self._dispatch(self._core.connection_lost())
             await ws.aclose()
@@ -303,6 +326,18 @@ class Client:
             except ExecError as error:
                 self._break(error)
                 return
+
+    async def _hold(self) -> None:
+        """With a server that takes no acks (the reference), stop reading the connection while
+        a process whose output is being read has more unread output than ``buffer_bytes``, so
+        the client's memory stays bounded, but never while a call waits for its answer, which
+        may be behind that output. Output nobody reads is read on: its close, which a `wait`
+        may be waiting for, is behind it. A server with acks pauses the process itself: its
+        connection is always read."""
+        while (not self._core.output_acks and not self._calls
+               and any(proc._backed_up for proc in self._procs.values())):
+            stirred = self._stirred = anyio.Event()
+            await stirred.wait()
 
     async def _reconnect(self) -> None:
         delay = 0.02
@@ -382,6 +417,7 @@ async def connect(
     connect_timeout: float = CONNECT_TIMEOUT,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
     on_connection: Callable[[str], None] | None = None,
+    buffer_bytes: int = BUFFER_BYTES,
 ) -> AsyncIterator[Client]:
     """Connect to the exec-server at ``url`` (``ws://IP:PORT``) and start a session.
 
@@ -391,10 +427,17 @@ async def connect(
     server's session TTL, 30 s by default); calls wait meanwhile, and ``on_connection`` (if
     given) is called with "lost" and then "resumed". ``acks`` turns on execproto's output
     acknowledgements when the server has them, so not even output in flight is lost.
+
+    Each process's unread output is held up to ``buffer_bytes`` (8 MiB); past it the server
+    pauses the process until its output is read. A server without acks (the reference) cannot
+    pause it: while a reader iterates the output, the connection is read no further meanwhile
+    (unless a call waits for its answer); output nobody reads is held as it comes. A reader
+    that stops reading stops only its own process: calls are always answered.
     """
     client = Client(url, token=token, client_name=client_name, resume_timeout=resume_timeout,
                     acks=acks, connect_timeout=connect_timeout,
-                    handshake_timeout=handshake_timeout, on_connection=on_connection)
+                    handshake_timeout=handshake_timeout, on_connection=on_connection,
+                    buffer_bytes=buffer_bytes)
     await client._open()
     try:
         async with anyio.create_task_group() as group:
@@ -421,3 +464,52 @@ def _alone(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
             return None
         inner = inner.exceptions[0]
     return inner
+
+
+def run(
+    url: str,
+    argv: list[str],
+    *,
+    stdin: bytes | None = None,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    token: str | None = None,
+    backend: str = "asyncio",
+    **options: Any,
+) -> tuple[int | None, bytes, bytes]:
+    """Run ``argv`` on the server at ``url`` and wait for it: ``(exit_code, stdout, stderr)``.
+
+    For scripts that are not async (it runs its own event loop, so call it from outside one).
+    ``stdin`` is written to the process and then closed; without it the process's stdin is
+    empty. After ``timeout`` seconds the process is terminated and `TimeoutError` raised.
+    ``options`` go to `connect`; the errors are those of `connect` and `Client.start`.
+    """
+
+    async def main() -> tuple[int | None, bytes, bytes]:
+        async with connect(url, token=token, **options) as ex:
+            proc = await ex.start(argv, cwd=cwd, env=env, pipe_stdin=stdin is not None)
+            with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
+                async with anyio.create_task_group() as group:
+                    if stdin is not None:
+                        group.start_soon(_feed, proc, stdin)
+                    out, err = await proc.communicate()
+                result = await proc.wait()
+            if scope.cancelled_caught:
+                with anyio.move_on_after(5):
+                    await proc.terminate()
+                raise TimeoutError(f"{argv[0]!r} ran past {timeout:g} s; it was terminated")
+            return result.exit_code, out, err
+
+    return anyio.run(main, backend=backend)
+
+
+async def _feed(proc: Process, data: bytes) -> None:
+    view = memoryview(data)
+    step = 64 << 10
+    try:
+        for offset in range(0, len(view), step):
+            await proc.write(bytes(view[offset:offset + step]))
+        await proc.close_stdin()
+    except BrokenPipeError:
+        pass  # it stopped reading (exited, or closed its stdin): the rest is not wanted

@@ -59,11 +59,15 @@ class ClientCore(ProcessTracking):
     """One client session. ``instance`` must be unique to this client (a random hex string
     from the adapter): it makes writeIds that no other client of the session can repeat."""
 
-    def __init__(self, instance: str, client_name: str = "execproto", *, acks: bool = True) -> None:
+    def __init__(self, instance: str, client_name: str = "execproto", *, acks: bool = True,
+                 release_on_delivery: bool = True) -> None:
         self.instance = instance
         self.client_name = client_name
         self.acks = acks
-        # The server's ack window (bytes, chunks) when it takes acks: see `_maybe_ack`.
+        # Whether delivered output counts as released at once, or waits for `release`.
+        self.release_on_delivery = release_on_delivery
+        # A quarter of the server's ack window (bytes, chunks), when it takes acks: the output
+        # released between two acks.
         self._ack_window: tuple[int, int] | None = None
         self.state = ClientState.DISCONNECTED
         self.session_id: str | None = None
@@ -118,6 +122,11 @@ class ClientCore(ProcessTracking):
         self._inflight.clear()
         events.reverse()
         return events
+
+    @property
+    def output_acks(self) -> bool:
+        """Whether the server takes acks, so a process's output waits for `release`."""
+        return self._ack_window is not None
 
     def data_to_send(self) -> list[bytes]:
         """Frames to send, in order; each is one websocket text message (or one stdio line)."""
@@ -294,7 +303,7 @@ class ClientCore(ProcessTracking):
                             environment_info=self.environment_info))
         for process_id, track in self._tracks.items():
             if track.started:
-                if self._ack_window is not None and track.cursor:
+                if self._ack_window is not None and track.released:
                     self._ack(process_id, track)  # the last ack may have been lost in flight
                 self._catch_up(process_id, track)
         waiting, self._waiting = self._waiting, []

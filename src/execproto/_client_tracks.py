@@ -2,7 +2,11 @@
 
 Each process has a cursor, the last seq delivered. Events that arrive ahead of a gap wait in
 ``pending``; a gap is filled by a ``process/read`` from the cursor. With a server that takes acks,
-delivered output is acknowledged every quarter window (see docs/protocol.md).
+released output is acknowledged every quarter window (see docs/protocol.md): output is released
+when it is delivered, or, with ``release_on_delivery=False``, when the adapter says so with
+`ClientCore.release` (its reader has taken it, or it has room to hold it). The server pauses a
+process whose output is not acknowledged, so that is how a reader that stops reading pauses its
+own process and nothing else.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import base64
 import enum
 import json
+from collections import deque
 from typing import Any
 
 from ._client_events import (
@@ -55,7 +60,8 @@ _Item = tuple[Any, ...]
 class _Track:
     """One process as this client has seen it."""
 
-    __slots__ = ("cursor", "pending", "started", "exited", "exit_code", "reading", "unacked")
+    __slots__ = ("cursor", "pending", "started", "exited", "exit_code", "reading", "unacked",
+                 "released", "unreleased")
 
     def __init__(self, started: bool) -> None:
         self.cursor = 0  # every event up to this seq has been delivered
@@ -64,7 +70,10 @@ class _Track:
         self.exited = False
         self.exit_code: int | None = None
         self.reading = False  # a catch-up read is in flight
-        self.unacked = [0, 0]  # bytes and chunks delivered since the last ack
+        self.unacked = [0, 0]  # bytes and chunks released since the last ack
+        self.released = 0  # the newest seq the server may drop (what the acks say)
+        # Output delivered but not yet released, (seq, size), when the adapter releases it.
+        self.unreleased: deque[tuple[int, int]] = deque()
 
 
 class ProcessTracking:
@@ -73,6 +82,7 @@ class ProcessTracking:
     state: ClientState
     _tracks: dict[str, _Track]
     _ack_window: tuple[int, int] | None  # (bytes, chunks) between acks, when the server takes them
+    release_on_delivery: bool
     _next_id: int
     _inflight: dict[int, _Call]
     _outbox: list[bytes]
@@ -184,12 +194,13 @@ class ProcessTracking:
         if kind == "output":
             events.append(Output(process_id=process_id, seq=track.cursor, stream=item[1],
                                  data=item[2]))
-            if self._ack_window is not None:
-                track.unacked[0] += len(item[2])
-                track.unacked[1] += 1
-                bytes_due, chunks_due = self._ack_window
-                if track.unacked[0] >= bytes_due or track.unacked[1] >= chunks_due:
-                    self._ack(process_id, track)
+            if self._ack_window is None:
+                pass
+            elif self.release_on_delivery:
+                track.released = track.cursor
+                self._released(process_id, track, len(item[2]), 1)
+            else:
+                track.unreleased.append((track.cursor, len(item[2])))
         elif kind == "exited":
             if not track.exited:
                 track.exited, track.exit_code = True, item[1]
@@ -201,12 +212,38 @@ class ProcessTracking:
             events.append(Closed(process_id=process_id, exit_code=track.exit_code,
                                  failure=item[1]))
 
+    def release(self, process_id: str, seq: int) -> None:
+        """The adapter has taken output up to ``seq`` of ``process_id`` off the server's hands:
+        acknowledge it (in quarter windows), so the server may drop it and go on. Only with
+        ``release_on_delivery=False``; harmless for a closed process or a server without acks.
+        """
+        track = self._tracks.get(process_id)
+        if track is None:
+            return
+        unreleased, size, count = track.unreleased, 0, 0
+        while unreleased and unreleased[0][0] <= seq:
+            track.released, chunk = unreleased.popleft()
+            size, count = size + chunk, count + 1
+        if count:
+            self._released(process_id, track, size, count)
+
+    def _released(self, process_id: str, track: _Track, size: int, count: int) -> None:
+        """``count`` more chunks of ``size`` bytes are released, up to ``track.released``."""
+        assert self._ack_window is not None
+        track.unacked[0] += size
+        track.unacked[1] += count
+        bytes_due, chunks_due = self._ack_window
+        if track.unacked[0] >= bytes_due or track.unacked[1] >= chunks_due:
+            self._ack(process_id, track)
+
     def _ack(self, process_id: str, track: _Track) -> None:
-        """Tell the server this client has everything up to the cursor, so it may drop it."""
+        """Tell the server this client has released everything up to ``track.released``, so it
+        may drop it."""
         track.unacked = [0, 0]
         if self.state is not ClientState.READY:
             return  # the resume acks again
-        call = self._new_call("process/ack", {"processId": process_id, "seq": track.cursor}, False)
+        params = {"processId": process_id, "seq": track.released}
+        call = self._new_call("process/ack", params, False)
         call.internal = True
         self._send(call)
 

@@ -404,8 +404,8 @@ def test_connection_made_twice_is_a_local_error() -> None:
 # -- acknowledging output (execproto's extension) --------------------------------------------------
 
 
-def acking(window: int = 8) -> ClientCore:
-    core = ClientCore("c1", client_name="tests")
+def acking(window: int = 8, *, release_on_delivery: bool = True) -> ClientCore:
+    core = ClientCore("c1", client_name="tests", release_on_delivery=release_on_delivery)
     core.connection_made()
     (init,) = sent(core)
     acks = {"bytes": window * 4, "chunks": 100}
@@ -437,6 +437,58 @@ def test_a_resume_acknowledges_the_cursor_again_before_reading_back() -> None:
     _, ack, read = sent(core)
     assert (ack["method"], ack["params"]) == ("process/ack", {"processId": "p", "seq": 1})
     assert (read["method"], read["params"]) == ("process/read", {"processId": "p", "afterSeq": 1})
+
+
+def test_output_the_adapter_has_not_released_is_not_acknowledged() -> None:
+    # The adapter releases output as its reader takes it: until then the server keeps it, and
+    # pauses the process once a window is unacknowledged, so a stalled reader stops only it.
+    core = acking(window=8, release_on_delivery=False)
+    out(core, 1, b"12345")
+    out(core, 2, b"678")
+    out(core, 3, b"9abcdefgh")
+    assert sent(core) == []
+    core.release("p", 1)
+    assert sent(core) == []  # 5 bytes: not yet a quarter window
+    core.release("p", 3)
+    (ack,) = sent(core)
+    assert (ack["method"], ack["params"]) == ("process/ack", {"processId": "p", "seq": 3})
+    core.release("p", 3)  # again, or for a process the core no longer has: nothing
+    core.release("gone", 9)
+    assert sent(core) == []
+
+
+def test_a_resume_acknowledges_what_was_released_not_what_was_delivered() -> None:
+    core = acking(window=1, release_on_delivery=False)
+    out(core, 1, b"1234")
+    out(core, 2, b"5678")
+    core.release("p", 1)
+    (ack,) = sent(core)
+    assert ack["params"] == {"processId": "p", "seq": 1}
+    core.connection_lost()
+    core.connection_made()
+    (init,) = sent(core)
+    answer(core, init["id"], {"sessionId": "s1", "outputAcks": {"bytes": 4, "chunks": 100}})
+    _, ack, read = sent(core)
+    assert ack["params"] == {"processId": "p", "seq": 1}
+    assert read["params"] == {"processId": "p", "afterSeq": 2}
+
+
+def test_the_extensions_a_server_names_are_known() -> None:
+    core = ClientCore("c1")
+    core.connection_made()
+    (init,) = sent(core)
+    methods = ["process/ack", "process/resize", 7]
+    answer(core, init["id"], {"sessionId": "s1", "execproto": {"methods": methods}})
+    assert core.extensions == {"process/ack", "process/resize"}
+    call = core.resize("p", 30, 100)
+    _, resize = sent(core)
+    assert resize == {"jsonrpc": "2.0", "id": call, "method": "process/resize",
+                      "params": {"processId": "p", "rows": 30, "cols": 100}}
+
+
+def test_a_server_that_names_no_extensions_has_none() -> None:
+    core = ready()
+    assert core.extensions == frozenset()
 
 
 def test_no_acks_to_a_server_that_does_not_take_them() -> None:

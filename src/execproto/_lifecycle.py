@@ -31,7 +31,8 @@ What happens when
 -----------------
 
 - *spawned*: RUNNING. The start is answered; a stop asked meanwhile (PENDING) sends TERM now
-  with KILL due after ``kill_grace``; the output is paused if `pause_wanted`.
+  with KILL due after ``kill_grace``; the output is paused if `pause_wanted`; a terminal size
+  asked meanwhile (``process/resize`` while STARTING) is applied.
 - *spawn failed* (only while STARTING): the process is forgotten, the start fails (-32602 if
   refused, else -32603 with its kind), waiting reads fail as for an unknown process, and
   ``Finalize(status="failed")``.
@@ -80,6 +81,8 @@ What happens when
 - *send blocked / drained*: every process of the session is paused / resumed by `pause_wanted`.
 - *Signal*: emitted only while RUNNING (`SIGNALLABLE`): the adapter sees the exit without
   reaping, so the pid and group id stay reserved until Finalize, and are never signalled then.
+- *resize* (``process/resize``, a tty only): RUNNING, `ResizeTerminal` at once; STARTING, the
+  newest size waits for the spawn; once exited, nothing (as for a signal), and no error.
 """
 
 from __future__ import annotations
@@ -171,6 +174,7 @@ class Do(enum.Enum):
     FINALIZE = "Finalize(status='completed')"
     WAKE_READERS = "answer the waiting reads that are ready"
     SYNC_PAUSED = "pause or resume by pause_wanted (every process, for a session)"
+    APPLY_SIZE = "resize the terminal to the size asked while starting, if any"
     # Session follow-ups.
     SET_EXPIRE = "expire after session_ttl"
     CANCEL_EXPIRE = "expiry no longer due"
@@ -197,7 +201,7 @@ PROCESS_EVENTS: dict[tuple[Phase, Input], Phase] = {
 # Input -> follow-ups after its phase transition (and after the handler's answer: the start's,
 # the exit's notification). OUTPUT has none here: its path is inline, once per chunk.
 AFTER: dict[Input, tuple[Do, ...]] = {
-    Input.SPAWNED: (Do.SETTLE, Do.SYNC_PAUSED),
+    Input.SPAWNED: (Do.SETTLE, Do.SYNC_PAUSED, Do.APPLY_SIZE),
     Input.STREAM_CLOSED: (Do.SETTLE,),
     Input.EXITED: (Do.CANCEL_KILL, Do.SETTLE, Do.WAKE_READERS),
     Input.ABANDONED: (Do.SETTLE,),

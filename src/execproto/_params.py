@@ -8,6 +8,7 @@ Clients and their authors have seen these; keeping them means one set of errors 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -49,6 +50,35 @@ class StartParams:
     pipe_stdin: bool
     env_policy: EnvPolicy | None
     sandbox: SandboxRequest | None
+    terminal_size: tuple[int, int] | None  # execproto's: (rows, cols) of a tty's first size
+
+
+# A terminal's rows and columns: u16 in the kernel's struct winsize, and a 0 would mean "unknown"
+# to programs that read it, so never what a client means.
+MAX_DIMENSION = 65535
+
+
+def _dimension(name: str) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or (
+                not 1 <= value <= MAX_DIMENSION):
+            raise invalid_params(f"{name} must be an integer from 1 to {MAX_DIMENSION}")
+        return value
+    return convert
+
+
+def _terminal_size(fields: Fields, tty: bool) -> tuple[int, int] | None:
+    """``rows`` and ``cols`` on a start: both or neither, and only for a terminal (a size
+    that could never apply is the client's mistake, said at once)."""
+    rows = fields.optional("rows", _dimension("rows"))
+    cols = fields.optional("cols", _dimension("cols"))
+    if rows is None and cols is None:
+        return None
+    if rows is None or cols is None:
+        raise invalid_params("rows and cols must be given together")
+    if not tty:
+        raise invalid_params("rows and cols are only for a terminal (tty: true)")
+    return rows, cols
 
 
 def _inherit(value: Any) -> Inherit:
@@ -102,6 +132,7 @@ def start(params: Any) -> StartParams:
     arg0 = fields.opt_text("arg0")
     env_policy = fields.optional("envPolicy", _env_policy)
     sandbox = _sandbox.parse(fields.raw("sandbox"))
+    terminal_size = _terminal_size(fields, tty)
     if not argv:
         raise invalid_params("argv must not be empty")
     for index, arg in enumerate(argv):
@@ -121,6 +152,7 @@ def start(params: Any) -> StartParams:
         pipe_stdin=pipe_stdin,
         env_policy=env_policy,
         sandbox=sandbox,
+        terminal_size=terminal_size,
     )
 
 
@@ -206,6 +238,23 @@ def signal(params: Any) -> SignalParams:
     fields = Fields(params, "SignalParams")
     return SignalParams(
         process_id=fields.ident("processId"), signal=fields.required("signal", _signal)
+    )
+
+
+@attrs.frozen(kw_only=True)
+class ResizeParams:
+    process_id: str
+    rows: int
+    cols: int
+
+
+def resize(params: Any) -> ResizeParams:
+    """``process/resize`` (execproto's extension): a tty's new size."""
+    fields = Fields(params, "ResizeParams")
+    return ResizeParams(
+        process_id=fields.ident("processId"),
+        rows=fields.required("rows", _dimension("rows")),
+        cols=fields.required("cols", _dimension("cols")),
     )
 
 

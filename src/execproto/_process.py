@@ -42,6 +42,8 @@ class Process:
         "proc",
         "process_id",
         "session",
+        "tty",
+        "pending_size",
         "phase",
         "open_streams",
         "stdin_open",
@@ -79,6 +81,10 @@ class Process:
         self.proc = proc
         self.process_id = process_id
         self.session = session
+        self.tty = tty
+        # The newest size asked by process/resize while starting: the terminal gets it once
+        # the spawn is reported (there is no terminal to resize before).
+        self.pending_size: tuple[int, int] | None = None
         self.phase = Phase.STARTING
         self.open_streams = set(STREAMS_TTY if tty else STREAMS_PIPE)
         self.stdin_open = tty or pipe_stdin
@@ -175,6 +181,11 @@ class Process:
     @property
     def may_signal(self) -> bool:
         return self.phase is SIGNALLABLE
+
+    @property
+    def may_resize(self) -> bool:
+        """A terminal is resized while it runs, as it is signalled (`SIGNALLABLE`)."""
+        return self.tty and self.phase is SIGNALLABLE
 
     @property
     def is_running(self) -> bool:

@@ -42,6 +42,7 @@ from .actions import (
     CloseStdin,
     Finalize,
     PauseOutput,
+    ResizeTerminal,
     ResumeOutput,
     Send,
     Signal,
@@ -109,6 +110,7 @@ class ProcessHandlers(CoreState):
             session_id=session.session_id,
             process_id=p.process_id,
             sandbox=sandbox,
+            terminal_size=p.terminal_size,
         )
         self._emit(Spawn(proc=handle, spec=spec))
 
@@ -262,6 +264,24 @@ class ProcessHandlers(CoreState):
         # client racing the exit does not see a failure it cannot act on.
         if process is not None and process.may_signal:
             self._emit(Signal(proc=process.proc, signal=p.signal))
+        self._respond(c.conn, msg_id, {})
+
+    def _process_resize(
+        self, c: Connection, session: Session, msg_id: Id, p: _params.ResizeParams
+    ) -> None:
+        """execproto's extension. Unknown is an error, as for a read (the client asks of a
+        process it believes is there); so is a process without a terminal. Exited: nothing to
+        resize and no error, as for a signal, so a client racing the exit sees no failure."""
+        process = session.processes.get(p.process_id)
+        if process is None:
+            raise unknown_process(p.process_id)
+        if not process.tty:
+            raise invalid_request(
+                f"process {p.process_id} has no terminal: it was started without tty")
+        if process.phase is Phase.STARTING:
+            process.pending_size = (p.rows, p.cols)  # applied at the spawn (`_apply_size`)
+        elif process.may_resize:
+            self._emit(ResizeTerminal(proc=process.proc, rows=p.rows, cols=p.cols))
         self._respond(c.conn, msg_id, {})
 
     def _process_terminate(
@@ -422,6 +442,12 @@ class ProcessHandlers(CoreState):
     def _set_evict(self, process: Process) -> None:
         self._set_timer((Timer.EVICT, process), self.config.closed_ttl)
 
+    def _apply_size(self, process: Process) -> None:
+        if process.pending_size is not None and process.may_resize:
+            rows, cols = process.pending_size
+            self._emit(ResizeTerminal(proc=process.proc, rows=rows, cols=cols))
+        process.pending_size = None
+
     def _release_hold(self, process: Process) -> None:
         if process.held:
             process.release()
@@ -562,4 +588,5 @@ _FOLLOW_UPS: dict[Do, Callable[[ProcessHandlers, Process], None]] = {
     Do.FINALIZE: ProcessHandlers._finalize,
     Do.WAKE_READERS: ProcessHandlers._wake_readers,
     Do.SYNC_PAUSED: ProcessHandlers._sync_paused,
+    Do.APPLY_SIZE: ProcessHandlers._apply_size,
 }

@@ -101,6 +101,11 @@ MESSAGE_TOO_BIG = 1009
 # Bytes a message may have before the connection's initialize: its own is a few hundred.
 MAX_BEFORE_INITIALIZE = 64 << 10
 
+# The methods execproto serves beyond the reference's, named in every initialize answer under
+# "execproto" (a field the Codex client ignores), so that a client can tell before it calls one
+# (the reference answers each with -32601).
+EXTENSIONS = ("process/ack", "process/resize")
+
 # Seconds a connection keeps its place however many come after it: an honest client sends
 # initialize one round trip after its upgrade; a client's that never does are the first to go.
 MAKE_ROOM_AFTER = 0.25
@@ -145,6 +150,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             "process/signal": Method("exec", _params.signal, self._process_signal),
             "process/terminate": Method("exec", _params.terminate, self._process_terminate),
             "process/ack": Method("exec", _params.ack, self._process_ack),
+            "process/resize": Method("exec", _params.resize, self._process_resize),
             "environment/info": Method("environment info", _host_params.unit,
                                        self._environment_info),
             "environment/status": Method("environment status", _host_params.unit,
@@ -398,6 +404,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         result: dict[str, Any] = {
             "sessionId": session.session_id,
             "environmentInfo": self.host.environment_info,
+            "execproto": {"methods": list(EXTENSIONS)},
         }
         if p.output_acks:
             # How much unacknowledged output a process may have before it is paused.

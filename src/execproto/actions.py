@@ -24,6 +24,7 @@ __all__ = [
     "FsRequest",
     "HttpRequest",
     "PauseOutput",
+    "ResizeTerminal",
     "ResumeOutput",
     "RunFs",
     "RunHttp",
@@ -67,6 +68,9 @@ class SpawnSpec:
     # The sandbox to run it in (the client's request narrowed by the operator's floor), or
     # None for none. A backend that cannot enforce it must refuse the spawn.
     sandbox: Policy | None = None
+    # A tty's first size, (rows, columns), each 1..65535; None for 24 rows of 80 (execproto's
+    # extension: ``rows`` and ``cols`` on ``process/start``). Always None without ``tty``.
+    terminal_size: tuple[int, int] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -121,6 +125,20 @@ class Signal(Action):
 
     proc: int
     signal: SignalName
+
+
+@attrs.frozen(kw_only=True)
+class ResizeTerminal(Action):
+    """Set the size of the process's terminal (TIOCSWINSZ on the pty's master side), so the
+    kernel sends SIGWINCH to its foreground process group. ``rows`` and ``cols`` are 1..65535.
+
+    Only for a ``tty`` process, and only while it runs: after the exit nothing is resized, as
+    nothing is signalled (``process/resize``, execproto's extension).
+    """
+
+    proc: int
+    rows: int
+    cols: int
 
 
 @attrs.frozen(kw_only=True)

@@ -30,6 +30,7 @@ from execproto import (
     PauseOutput,
     ProcessExited,
     ProcessSpawned,
+    ResizeTerminal,
     ResumeOutput,
     Send,
     Signal,
@@ -122,10 +123,12 @@ def check_lifecycle(steps: list[tuple[Event, list[Action]]]) -> None:
             if isinstance(action, Spawn):
                 assert action.proc not in specs, f"proc {action.proc} spawned twice"
                 specs[action.proc] = action.spec
-            elif isinstance(action, Signal):
+            elif isinstance(action, (Signal, ResizeTerminal)):
                 assert target in spawned, f"{action} before the spawn was reported"
                 assert target not in exited, f"{action} after ProcessExited"
                 assert target not in finalized, f"{action} after Finalize"
+                if isinstance(action, ResizeTerminal):
+                    assert specs[action.proc].tty, f"{action} of a process without a terminal"
             elif isinstance(action, (WriteStdin, CloseStdin)):
                 assert target in spawned and target not in exited and target not in finalized
                 assert target not in stdin_closed, f"{action} after CloseStdin"

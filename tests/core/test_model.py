@@ -74,6 +74,7 @@ from execproto import (
     PauseOutput,
     ProcessExited,
     ProcessSpawned,
+    ResizeTerminal,
     ResumeOutput,
     Send,
     SendBlocked,
@@ -173,6 +174,7 @@ class MProc:
         self.start_id = start_id
         self.start_conn = start_conn
         self.tty = tty
+        self.pending_size: tuple[int, int] | None = None  # resized while starting
         streams = ("pty",) if tty else ("stdout", "stderr")
         # The world's side (physics).
         self.world_open = set(streams)  # streams not yet at EOF
@@ -667,6 +669,10 @@ class CoreModel(RuleBasedStateMachine):
             proc.terminating = False
             self._terminate(proc)
         self._sync(proc)
+        if proc.pending_size is not None:  # asked while starting: the terminal gets it now
+            rows, cols = proc.pending_size
+            self._emit(ResizeTerminal(proc=proc.handle, rows=rows, cols=cols))
+            proc.pending_size = None
 
     def _predict_spawn_failed(self, proc: MProc, event: SpawnFailed) -> None:
         assert proc.phase == STARTING
@@ -814,6 +820,8 @@ class CoreModel(RuleBasedStateMachine):
             if proc is not None and proc.phase == RUNNING:
                 self._emit(Signal(proc=proc.handle, signal="INT"))
             self._expect_result(c, msg_id, {})
+        elif method == "process/resize":
+            self._predict_resize(c, proc, msg_id, params)
         elif method == "process/terminate":
             running = proc is not None and proc.phase in (STARTING, RUNNING)
             if proc is not None:
@@ -821,6 +829,25 @@ class CoreModel(RuleBasedStateMachine):
             self._expect_result(c, msg_id, {"running": running})
         else:  # pragma: no cover
             raise AssertionError(method)
+
+    def _predict_resize(
+        self, c: MConn, proc: MProc | None, msg_id: int, params: dict[str, Any]
+    ) -> None:
+        """Unknown or without a terminal: -32600. Starting: the size waits for the spawn;
+        running: resized at once; exited: nothing, and no error (docs/protocol.md)."""
+        if proc is None or not proc.tty:
+            why = "unknown process id" if proc is None else "has no terminal"
+            self._expect_error(c, msg_id, INVALID_REQUEST, why)
+            self.stats["resize refused"] += 1
+            return
+        size = (params["rows"], params["cols"])
+        if proc.phase == STARTING:
+            proc.pending_size = size
+            self.stats["resize while starting"] += 1
+        elif proc.phase == RUNNING:
+            self._emit(ResizeTerminal(proc=proc.handle, rows=size[0], cols=size[1]))
+            self.stats["resized"] += 1
+        self._expect_result(c, msg_id, {})
 
     def _predict_initialize(self, c: MConn, msg_id: int, params: dict[str, Any]) -> None:
         resume = params.get("resumeSessionId")
@@ -844,7 +871,9 @@ class CoreModel(RuleBasedStateMachine):
         c.session = session
         c.state = "initializing"
         c.greet_at = None
-        self._expect_result(c, msg_id, {"sessionId": session.sid, "environmentInfo": {}})
+        self._expect_result(c, msg_id, {"sessionId": session.sid, "environmentInfo": {},
+                                        "execproto": {"methods": ["process/ack",
+                                                                  "process/resize"]}})
         self._sync_session(session)
 
     def _predict_start(
@@ -1227,6 +1256,19 @@ class CoreModel(RuleBasedStateMachine):
             self._send(c, "process/terminate", {"processId": pid})
         else:
             self._send(c, "process/signal", {"processId": pid, "signal": "interrupt"})
+
+    @precondition(lambda self: self.conns)
+    @rule(
+        i=st.integers(0, 10),
+        pid=st.sampled_from(PROCESS_IDS),
+        known=st.sampled_from([True, True, False]),
+        rows=st.sampled_from([1, 24, 65535]),
+        cols=st.sampled_from([1, 80, 65535]),
+    )
+    def resize(self, i: int, pid: str, known: bool, rows: int, cols: int) -> None:
+        c = _pick(self._ready_conns(), i)
+        pid = self._target(c, pid, known, i)
+        self._send(c, "process/resize", {"processId": pid, "rows": rows, "cols": cols})
 
     @precondition(lambda self: self.conns)
     @rule(i=st.integers(0, 10))

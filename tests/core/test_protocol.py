@@ -495,17 +495,20 @@ def test_initialized_sent_twice_is_harmless(h: Harness) -> None:
 
 def test_initialize_result_has_session_id_and_environment_info() -> None:
     info = {"shell": {"name": "bash", "path": "/bin/bash"}, "cwd": "file:///home/u", "os": "linux"}
+    # And execproto's extension methods, in a field the Codex client ignores.
+    ours = {"methods": ["process/ack", "process/resize"]}
     h = fresh(host=Host(environment_info=info))
     h.feed(ConnectionOpened(conn=2, session_id="0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"))
     assert h.call(1, "initialize", {"clientName": "c"}) == {
         "jsonrpc": "2.0",
         "id": 1,
-        "result": {"sessionId": "session-1", "environmentInfo": info},
+        "result": {"sessionId": "session-1", "environmentInfo": info, "execproto": ours},
     }
     reply = h.call(2, "initialize", {"clientName": "other", "resumeSessionId": None})
     assert reply["result"] == {
         "sessionId": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
         "environmentInfo": info,
+        "execproto": ours,
     }
 
 

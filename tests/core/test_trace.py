@@ -34,6 +34,7 @@ from execproto import (
     ProcessSpawned,
     Recorder,
     ReplayResult,
+    ResizeTerminal,
     ResumeOutput,
     RpcError,
     RunFs,
@@ -56,6 +57,7 @@ from execproto import (
     replay,
 )
 from execproto._trace import FORMAT, VERSION, from_json, load_header, to_json
+from execproto.actions import ACTION_TYPES
 from execproto.events import EVENT_TYPES
 
 from .harness import Harness, b64, unb64
@@ -391,9 +393,13 @@ ACTION_SAMPLES: list[Any] = [
     Spawn(proc=2, spec=SpawnSpec(argv=("sh", "-c", "x"), arg0=None, cwd="/tmp",
                                  env=(("A", "1"), ("B", "")), tty=True, pipe_stdin=False,
                                  session_id="s", process_id="p")),
+    Spawn(proc=3, spec=SpawnSpec(argv=("sh",), arg0=None, cwd="/tmp", env=(), tty=True,
+                                 pipe_stdin=False, session_id="s", process_id="q",
+                                 terminal_size=(50, 132))),
     WriteStdin(proc=2, data=b"\x04"),
     CloseStdin(proc=2),
     Signal(proc=2, signal="INT"),
+    ResizeTerminal(proc=2, rows=50, cols=132),
     PauseOutput(proc=2),
     ResumeOutput(proc=2),
     Finalize(proc=2, status="completed", exit_code=137, timed_out=True),
@@ -416,6 +422,10 @@ def round_trip(value: Any) -> Any:
 
 def test_samples_cover_every_event_type() -> None:
     assert {type(e) for e in EVENT_SAMPLES} == set(EVENT_TYPES)
+
+
+def test_samples_cover_every_action_type() -> None:
+    assert {type(a) for a in ACTION_SAMPLES} == set(ACTION_TYPES)
 
 
 @pytest.mark.parametrize("event", EVENT_SAMPLES, ids=lambda e: type(e).__name__)

@@ -36,6 +36,7 @@ from execproto import (
     PauseOutput,
     ProcessExited,
     ProcessSpawned,
+    ResizeTerminal,
     ResumeOutput,
     RpcError,
     RunFs,
@@ -192,6 +193,7 @@ class Driver:
             WriteStdin: self._write_stdin,
             CloseStdin: self._close_stdin,
             Signal: self._signal,
+            ResizeTerminal: self._resize,
             PauseOutput: self._pause,
             ResumeOutput: self._resume,
             Finalize: self._finalize,
@@ -517,6 +519,9 @@ class Driver:
     def _signal(self, action: Signal) -> None:
         self._children[action.proc].signal_group(action.signal)
         self._tree.signalled(action.proc, action.signal)
+
+    def _resize(self, action: ResizeTerminal) -> None:
+        self._children[action.proc].set_terminal_size(action.rows, action.cols)
 
     def _pause(self, action: PauseOutput) -> None:
         self._paused.add(action.proc)

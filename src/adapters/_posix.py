@@ -19,6 +19,7 @@ import fcntl
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import termios
 from collections.abc import Mapping
@@ -111,6 +112,14 @@ class Child:
             os.killpg(self.pid, SIGNALS[name])
         except ProcessLookupError:
             pass  # the group is empty but for the zombie leader: nothing left to signal
+
+    def set_terminal_size(self, rows: int, cols: int) -> None:
+        """Resize a tty child's terminal; the kernel sends SIGWINCH to its foreground group.
+        Either of our descriptors of the master will do (stdin is a duplicate of it); with
+        both closed, the terminal is gone and there is nothing to resize."""
+        fd = self.outputs.get("pty", self.stdin)
+        if fd is not None:
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, winsize(rows, cols))
 
     def reap(self) -> None:
         """Collect the zombie and release every descriptor still open."""
@@ -238,7 +247,8 @@ def _spawn_tty(
     master, slave = os.openpty()
     os.set_inheritable(master, False)
     try:
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, _WINSIZE_24x80)
+        rows, cols = spec.terminal_size or (24, 80)  # a plain terminal's, unless asked
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, winsize(rows, cols))
         process = _popen(command, executable, env, spec.cwd, slave, slave, slave, pass_fds,
                          new_session)
     except BaseException:
@@ -257,8 +267,9 @@ def _spawn_tty(
     return _child(process, {"pty": master}, stdin)
 
 
-# struct winsize {rows, cols, xpixel, ypixel}: 24 rows, 80 columns, as a plain terminal.
-_WINSIZE_24x80 = (24).to_bytes(2, "little") + (80).to_bytes(2, "little") + bytes(4)
+def winsize(rows: int, cols: int) -> bytes:
+    """struct winsize {rows, cols, xpixel, ypixel}, unsigned shorts in the host's order."""
+    return struct.pack("HHHH", rows, cols, 0, 0)
 
 
 def _popen(

@@ -13,7 +13,8 @@ Two targets, each a hypothesis test that pytest collects and that atheris can dr
 
 Both check every action they get: a `Send` is UTF-8 JSON-RPC 2.0 (a response has an id and
 exactly one of result/error) addressed to an open connection; `Finalize` comes once per `Spawn`;
-`Signal` never targets a process whose exit was reported.
+`Signal` and `ResizeTerminal` never target a process whose exit was reported (nor one not yet
+spawned), and `ResizeTerminal` only a process with a terminal.
 
 Each example builds a fresh core (cheap next to generating the example), so examples are
 independent and a failure replays from hypothesis' printed example alone.
@@ -68,6 +69,7 @@ from execproto import (
     OutputReceived,
     ProcessExited,
     ProcessSpawned,
+    ResizeTerminal,
     RpcError,
     RunFs,
     RunHttp,
@@ -232,11 +234,14 @@ class World:
                 assert action.proc in self.spawned, f"Finalize without Spawn: {action!r}"
                 assert action.proc not in self.finalized, f"Finalize twice: {action!r}"
                 self.finalized.add(action.proc)
-            elif isinstance(action, Signal):
-                proc = action.proc
-                assert proc in self.reported, f"Signal before the spawn was reported: {action!r}"
-                assert proc not in self.exited, f"Signal after the exit: {action!r}"
-                assert proc not in self.finalized, f"Signal after Finalize: {action!r}"
+            elif isinstance(action, (Signal, ResizeTerminal)):
+                proc, kind = action.proc, type(action).__name__
+                assert proc in self.reported, f"{kind} before the spawn was reported: {action!r}"
+                assert proc not in self.exited, f"{kind} after the exit: {action!r}"
+                assert proc not in self.finalized, f"{kind} after Finalize: {action!r}"
+                if isinstance(action, ResizeTerminal):
+                    assert self.tty[proc], f"a terminal resized without one: {action!r}"
+                    assert 1 <= action.rows <= 65535 and 1 <= action.cols <= 65535, action
 
 
 def encode(message: Any) -> str:
@@ -286,12 +291,13 @@ def client_world(stage: str) -> World:
         return w
     feed(MessageReceived(conn=1, data=INITIALIZED))
     # "p": running, stdin piped, some output; "t": tty, running; "x": exited, not closed;
-    # "c": closed (still readable); "s": spawn not yet reported.
+    # "y": the same with a tty; "c": closed (still readable); "s": spawn not yet reported.
     spawn: dict[str, int] = {}
     for pid, extra in (
         ("p", {"pipeStdin": True}),
         ("t", {"tty": True}),
         ("x", {}),
+        ("y", {"tty": True}),
         ("c", {}),
         ("s", {}),
     ):
@@ -299,12 +305,13 @@ def client_world(stage: str) -> World:
         for action in feed(MessageReceived(conn=1, data=start)):
             if isinstance(action, Spawn):
                 spawn[pid] = action.proc
-    for pid in ("p", "t", "x", "c"):
+    for pid in ("p", "t", "x", "y", "c"):
         feed(ProcessSpawned(proc=spawn[pid], pid=1000 + spawn[pid]))
     for i in range(3):
         feed(OutputReceived(proc=spawn["p"], stream="stdout", data=b"out %d\n" % i))
     feed(OutputReceived(proc=spawn["t"], stream="pty", data=b"\x1b[0m$ "))
     feed(ProcessExited(proc=spawn["x"], returncode=0))
+    feed(ProcessExited(proc=spawn["y"], returncode=0))
     feed(ProcessExited(proc=spawn["c"], returncode=-9))
     feed(StreamClosed(proc=spawn["c"], stream="stdout"))
     feed(StreamClosed(proc=spawn["c"], stream="stderr"))
@@ -385,7 +392,7 @@ valid_policy = st.fixed_dictionaries(
 )
 
 VALID: dict[str, st.SearchStrategy[Any]] = {
-    "id": st.sampled_from(["p", "t", "x", "c", "s", "q", "h", "r"]),
+    "id": st.sampled_from(["p", "t", "x", "y", "c", "s", "q", "h", "r"]),
     "newid": st.sampled_from(["n", "m", "o", "p"]),  # mostly unused ids, for process/start
     "text": st.text(max_size=12),
     "uri": st.sampled_from(
@@ -402,6 +409,7 @@ VALID: dict[str, st.SearchStrategy[Any]] = {
         max_size=2,
     ),
     "signal": st.just("interrupt"),
+    "dim": st.sampled_from([1, 24, 80, 65535]) | st.integers(1, 65535),
     "session": sessions,
     "redirect": st.sampled_from(["follow", "stop"]),
     "policy": valid_policy,
@@ -455,6 +463,7 @@ TRICKY: dict[str, st.SearchStrategy[Any]] = {
     | st.text(max_size=8),
     "headers": st.sampled_from([{}, [{"name": "a"}], [["a", "b"]], [{"name": 1, "value": "v"}]]),
     "signal": st.sampled_from(["INT", "kill", "terminate", "", "Interrupt"]),
+    "dim": st.sampled_from([0, -1, 65536, 2**64, 24.0, 1.5, "24", True, None, [24]]),
     "session": st.text(max_size=8),
     "redirect": st.sampled_from(["FOLLOW", "", "manual"]),
     "policy": st.fixed_dictionaries(
@@ -483,6 +492,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "pipeStdin": "bool?",
         "arg0": "text?",
         "envPolicy": "policy?",
+        "rows": "dim?",
+        "cols": "dim?",
     },
     "process/read": {
         "processId": "id", "afterSeq": "uint?", "maxBytes": "uint?", "waitMs": "uint?",
@@ -491,6 +502,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "process/signal": {"processId": "id", "signal": "signal"},
     "process/terminate": {"processId": "id"},
     "process/ack": {"processId": "id", "seq": "uint"},
+    "process/resize": {"processId": "id", "rows": "dim", "cols": "dim"},
     "environment/info": {},
     "fs/readFile": {"path": "uri"},
     "fs/writeFile": {"path": "uri", "dataBase64": "b64"},
@@ -884,6 +896,17 @@ useful_requests = st.one_of(
         optional={"closeStdin": st.booleans()},
     ).map(lambda p: request(7, "process/write", p)),
     _pids.map(lambda pid: request(7, "process/signal", {"processId": pid, "signal": "interrupt"})),
+    st.builds(
+        lambda pid, tty: request(7, "process/start", _start(pid, tty=tty, rows=30, cols=100)),
+        _pids,
+        st.booleans(),
+    ),
+    st.builds(
+        lambda pid, rows: request(7, "process/resize", {"processId": pid, "rows": rows,
+                                                        "cols": 80}),
+        _pids,
+        st.sampled_from([1, 50, 65535]),
+    ),
     _pids.map(lambda pid: request(7, "process/terminate", {"processId": pid})),
     st.sampled_from(["h", "i"]).map(
         lambda h: request(7, "fs/open", {"handleId": h, "path": "file:///x"})

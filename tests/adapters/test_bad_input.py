@@ -717,7 +717,7 @@ def test_unknown_fields_on_initialize_are_ignored(served: Served) -> None:
     try:
         params = {"clientName": "bad-input", "capabilities": {"x": True}, "protocolVersion": 9}
         result = call(c, "initialize", params)["result"]
-        assert sorted(result) == ["environmentInfo", "sessionId"]  # no outputAcks window
+        assert sorted(result) == ["environmentInfo", "execproto", "sessionId"]  # no outputAcks
         c.send({"jsonrpc": "2.0", "method": "initialized", "params": {"extra": 1}})
         assert_serving(c)
     finally:

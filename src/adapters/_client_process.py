@@ -59,6 +59,11 @@ class ServerClosed(ConnectionLost):
         self.reason = reason
 
 
+class ClientBug(ExecError):
+    """The client core failed on a bug of its own (not the server's doing): the client stops,
+    failing every call and process, rather than go on from a state it cannot trust."""
+
+
 class SessionGone(ExecError):
     """The server no longer has this client's session (it expired, or the server restarted)."""
 

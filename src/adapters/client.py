@@ -45,6 +45,7 @@ from execproto import (
 from ._client_process import (
     BUFFER_BYTES,
     Chunk,
+    ClientBug,
     ConnectionLost,
     ExecError,
     Process,
@@ -58,6 +59,7 @@ from ._wsclient import WebSocket
 
 __all__ = [
     "Chunk",
+    "ClientBug",
     "Client",
     "run",
     "ConnectionLost",
@@ -282,7 +284,7 @@ class Client:
                 message = await ws.receive()
                 if message is None:
                     break
-                self._dispatch(self._core.receive(message))
+                self._dispatch(self._receive(message))
                 await self._flush()
         if waiting.cancelled_caught:
             self._handshake_error = (f"no answer to initialize in {self.handshake_timeout:g} s "
@@ -301,7 +303,7 @@ class Client:
             if ws is None:  # closed before this task first ran (the block raised at once)
                 return
             while (message := await ws.receive()) is not None:
-                self._dispatch(self._core.receive(message))
+                self._dispatch(self._receive(message))
                 await self._flush()
                 await self._hold()
             self._ws = None
@@ -351,6 +353,14 @@ class Client:
                     log.debug("reconnect failed: %s", error)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    def _receive(self, message: str | bytes) -> list[ClientEvent]:
+        try:
+            return self._core.receive(message)
+        except Exception as exc:
+            error = ClientBug(f"the client failed on a bug of its own, not the server's: {exc!r}")
+            self._break(error)
+            raise error from exc
 
     def _dispatch(self, events: list[ClientEvent]) -> None:
         for event in events:
@@ -457,13 +467,19 @@ async def connect(
 
 
 def _alone(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The one exception inside ``group`` (through nested groups), or None if there are more."""
-    inner: BaseException = group
-    while isinstance(inner, BaseExceptionGroup):
-        if len(inner.exceptions) != 1:
-            return None
-        inner = inner.exceptions[0]
-    return inner
+    """The one exception inside ``group`` (through nested groups), or None if there are more.
+    One error raised in two tasks (the receive loop's failure, handed to every waiter) counts
+    once; so does the cancellation the other task got because of it."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        inner = pending.pop()
+        if isinstance(inner, BaseExceptionGroup):
+            pending.extend(inner.exceptions)
+        elif not any(inner is leaf for leaf in leaves):
+            leaves.append(inner)
+    real = [leaf for leaf in leaves if not isinstance(leaf, anyio.get_cancelled_exc_class())]
+    return real[0] if len(real) == 1 else None
 
 
 def run(

@@ -11,10 +11,10 @@ the calls that are safe to repeat. Feed it frames with `receive`, tell it about 
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from typing import Any
 
+from . import _client_frames as frames
 from ._client_events import (
     CONNECTION_LOST,
     ClientEvent,
@@ -26,7 +26,13 @@ from ._client_events import (
     SessionLost,
 )
 from ._client_tracks import ClientState, ProcessTracking, _Call, _dumps, _Track
-from ._errors import INVALID_REQUEST, SESSION_ATTACHED, LocalProtocolError, UnsendableText
+from ._errors import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    SESSION_ATTACHED,
+    LocalProtocolError,
+    UnsendableText,
+)
 from ._paths import uri_from_path
 
 # Whether a call may be sent again after a reconnect, when it may or may not have been served.
@@ -81,13 +87,21 @@ class ClientCore(ProcessTracking):
         self._inflight: dict[int, _Call] = {}
         self._waiting: list[_Call] = []  # calls made while not READY, sent once it is
         self._tracks: dict[str, _Track] = {}
+        self.error: BaseException | None = None  # what stopped the core (state ERROR)
+
+    def _check_usable(self) -> None:
+        if self.error is not None:
+            raise LocalProtocolError(
+                f"the client core stopped after a bug of its own: {self.error!r}"
+            ) from self.error
+        if self.state is ClientState.LOST:
+            raise LocalProtocolError("the session is lost; start a new client")
 
     # -- the connection -------------------------------------------------------------------------
 
     def connection_made(self) -> None:
         """A new connection is open: start the handshake (resuming the session if there is one)."""
-        if self.state is ClientState.LOST:
-            raise LocalProtocolError("the session is lost; start a new client")
+        self._check_usable()
         if self.state is not ClientState.DISCONNECTED:
             raise LocalProtocolError(f"connection_made while {self.state.value}")
         params: dict[str, Any] = {"clientName": self.client_name}
@@ -105,7 +119,7 @@ class ClientCore(ProcessTracking):
         the others fail with `CONNECTION_LOST`, since they may or may not have been served."""
         events: list[ClientEvent] = []
         self._outbox.clear()
-        if self.state is not ClientState.LOST:
+        if self.state not in (ClientState.LOST, ClientState.ERROR):
             self.state = ClientState.DISCONNECTED
         for call in sorted(self._inflight.values(), key=lambda c: c.id, reverse=True):
             if call.catch_up is not None:
@@ -138,8 +152,7 @@ class ClientCore(ProcessTracking):
     def request(self, method: str, params: Any = None, *, retry: bool | None = None) -> int:
         """Queue a call; return its id. ``retry`` overrides whether it is sent again after a
         reconnect (the default is per method: see ``_RETRY_SAFE``)."""
-        if self.state is ClientState.LOST:
-            raise LocalProtocolError("the session is lost; start a new client")
+        self._check_usable()
         if retry is None:
             retry = _RETRY_SAFE.get(method, False)
         _check_text(params, "")
@@ -213,7 +226,12 @@ class ClientCore(ProcessTracking):
     # -- receiving ------------------------------------------------------------------------------
 
     def receive(self, data: bytes | str) -> list[ClientEvent]:
-        """One frame from the server; what it means, in order."""
+        """One frame from the server; what it means, in order.
+
+        A frame the core cannot act on is reported as `ServerMisbehaved`, and fails the call it
+        answers. Any exception that escapes is the core's own bug: it stops the core (state
+        ERROR, ``error`` holds it), and every later call raises `LocalProtocolError`."""
+        self._check_usable()
         events: list[ClientEvent] = []
         try:
             message = json.loads(data)
@@ -226,12 +244,18 @@ class ClientCore(ProcessTracking):
                 self._on_notification(message["method"], message.get("params"), events)
             else:
                 self._on_answer(message, events)
-        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
-            events.append(ServerMisbehaved(detail=f"malformed {_summary(message)}: {exc!r}"))
+        except frames.Malformed as exc:
+            events.append(ServerMisbehaved(detail=f"malformed {_summary(message)}: {exc}"))
+        except BaseException as exc:
+            self.state, self.error = ClientState.ERROR, exc
+            raise
         return events
 
     def _on_answer(self, message: dict[str, Any], events: list[ClientEvent]) -> None:
-        call = self._inflight.pop(message.get("id"), None)  # type: ignore[arg-type]
+        msg_id = message.get("id")
+        if not isinstance(msg_id, (int, str, type(None))):
+            raise frames.Malformed(f"an answer's id is {type(msg_id).__name__}")
+        call = self._inflight.pop(msg_id, None)  # type: ignore[arg-type]
         if call is None and message.get("id") in _NO_ID and "error" in message and self._inflight:
             # A frame the server could not read is answered with no id of its own (-1, as the
             # reference does): it is the oldest call still waiting, since answers to frames
@@ -243,19 +267,35 @@ class ClientCore(ProcessTracking):
             detail = error.get("message") if isinstance(error, dict) else None
             events.append(ServerMisbehaved(detail=f"answer to no call: {detail or message}"))
             return
-        error = message.get("error")
         if call.internal:
             return
+        try:
+            if call.method == "initialize":
+                self._on_initialized(call, message, events)
+            elif call.catch_up is not None:
+                self._on_catch_up(call.catch_up, message, events)
+            elif "error" in message:
+                self._on_error(call, frames.error(message), events)
+            else:
+                result = frames.result(message)
+                if call.method == "process/start":
+                    self._mark_started(call.params["processId"])
+                events.append(Response(call_id=call.id, method=call.method, result=result))
+        except frames.Malformed as exc:
+            self._on_malformed(call, str(exc), events)
+            raise
+
+    def _on_malformed(self, call: _Call, why: str, events: list[ClientEvent]) -> None:
+        """An answer the core cannot act on still ends its call: nobody waits for good."""
         if call.method == "initialize":
-            self._on_initialized(call, message, events)
-        elif call.catch_up is not None:
-            self._on_catch_up(call.catch_up, message, events)
-        elif error is not None:
-            self._on_error(call, error, events)
-        else:
+            self.state = ClientState.DISCONNECTED
+            events.append(HandshakeFailed(code=INTERNAL_ERROR, retry=False,
+                                          message=f"a malformed answer: {why}"))
+        elif call.catch_up is None:
             if call.method == "process/start":
-                self._mark_started(call.params["processId"])
-            events.append(Response(call_id=call.id, method=call.method, result=message["result"]))
+                self._tracks.pop(call.params["processId"], None)
+            events.append(Failure(call_id=call.id, method=call.method, code=INTERNAL_ERROR,
+                                  message=f"the server's answer was malformed: {why}"))
 
     def _on_error(self, call: _Call, error: dict[str, Any], events: list[ClientEvent]) -> None:
         code, text = error["code"], error["message"]
@@ -277,8 +317,8 @@ class ClientCore(ProcessTracking):
     def _on_initialized(
         self, call: _Call, message: dict[str, Any], events: list[ClientEvent]
     ) -> None:
-        error = message.get("error")
-        if error is not None:
+        if "error" in message:
+            error = frames.error(message)
             code, text = error["code"], error["message"]
             resuming = "resumeSessionId" in call.params
             if resuming and code != SESSION_ATTACHED:
@@ -287,7 +327,7 @@ class ClientCore(ProcessTracking):
             self.state = ClientState.DISCONNECTED
             events.append(HandshakeFailed(code=code, message=text, retry=code == SESSION_ATTACHED))
             return
-        result = message["result"]
+        result = frames.session(message, self.acks)
         resumed = self.session_id is not None
         self.session_id = result["sessionId"]
         self.environment_info = result.get("environmentInfo")

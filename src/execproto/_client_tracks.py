@@ -11,12 +11,12 @@ own process and nothing else.
 
 from __future__ import annotations
 
-import base64
 import enum
 import json
 from collections import deque
 from typing import Any
 
+from . import _client_frames as frames
 from ._client_events import (
     ClientEvent,
     Closed,
@@ -37,6 +37,7 @@ class ClientState(enum.Enum):
     HANDSHAKING = "handshaking"  # initialize sent
     READY = "ready"
     LOST = "lost"  # the session is gone for good
+    ERROR = "error"  # the core failed on its own bug: it refuses every call from then on
 
 
 class _Call:
@@ -87,15 +88,21 @@ class ProcessTracking:
     _inflight: dict[int, _Call]
     _outbox: list[bytes]
 
+    def _check_usable(self) -> None: ...
+
     # -- process events -------------------------------------------------------------------------
 
-    def _on_notification(self, method: str, params: Any, events: list[ClientEvent]) -> None:
+    def _on_notification(self, method: Any, params: Any, events: list[ClientEvent]) -> None:
+        if method not in frames.NOTIFICATIONS:
+            events.append(ServerMisbehaved(detail=f"unknown notification {method}"))
+            return
+        params = frames.notification(method, params)
         if method == "http/request/bodyDelta":
             events.append(
                 HttpBodyDelta(
                     request_id=params["requestId"],
                     seq=params["seq"],
-                    data=base64.b64decode(params.get("deltaBase64") or "", validate=True),
+                    data=frames.decoded(params.get("deltaBase64") or "", "deltaBase64"),
                     done=params["done"],
                     error=params.get("error"),
                 )
@@ -103,17 +110,12 @@ class ProcessTracking:
             return
         item: _Item
         if method == "process/output":
-            item = ("output", params["stream"], base64.b64decode(params["chunk"], validate=True))
+            item = ("output", params["stream"], frames.decoded(params["chunk"], "chunk"))
         elif method == "process/exited":
             item = ("exited", params["exitCode"])
-        elif method == "process/closed":
-            item = ("closed", None)
         else:
-            events.append(ServerMisbehaved(detail=f"unknown notification {method}"))
-            return
+            item = ("closed", None)
         process_id, seq = params["processId"], params["seq"]
-        if not isinstance(seq, int):
-            raise TypeError(f"seq {seq!r}")
         track = self._tracks.get(process_id)
         if track is None:
             return  # closed already (this is a late repeat), or never this client's
@@ -145,19 +147,20 @@ class ProcessTracking:
         track = self._tracks.get(process_id)
         if track is None:
             return  # closed meanwhile, by notifications that arrived before this answer
-        track.reading = False
+        track.reading = False  # a malformed answer too: the next event reads again
         if "error" in message:
             # The server has forgotten the process: it closed while this client was away, and
             # its entry outlived its lifetime. Whatever it did since the cursor is gone.
-            why = f"closed while the client was away and forgotten: {message['error']['message']}"
+            gone = frames.error(message)["message"]
+            why = f"closed while the client was away and forgotten: {gone}"
             self._deliver(process_id, track, ("closed", why), events)
             return
-        result = message["result"]
+        result = frames.read(message)
         next_seq: int = result["nextSeq"]
         items = dict(track.pending)
         for chunk in result["chunks"]:
             if chunk["seq"] > track.cursor:
-                data = base64.b64decode(chunk["chunk"], validate=True)
+                data = frames.decoded(chunk["chunk"], "chunk")
                 items.setdefault(chunk["seq"], ("output", chunk["stream"], data))
         # The exit and the close take seqs but are not chunks: place them in the seqs the
         # read skipped. Closed is always last; the exit is the newest other gap.
@@ -217,6 +220,7 @@ class ProcessTracking:
         acknowledge it (in quarter windows), so the server may drop it and go on. Only with
         ``release_on_delivery=False``; harmless for a closed process or a server without acks.
         """
+        self._check_usable()
         track = self._tracks.get(process_id)
         if track is None:
             return

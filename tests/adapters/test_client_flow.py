@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from execproto.adapters.client import connect
+from execproto._client_tracks import ProcessTracking
+from execproto.adapters.client import ClientBug, connect
 
 from .conftest import Server
 
@@ -134,3 +135,16 @@ async def test_a_pipelined_write_that_fails_raises_from_a_later_call(server: Ser
             for _ in range(2000):  # bounded: head exits after the first byte
                 await proc.write(b"x" * WRITE)
             await proc.drain()
+
+
+async def test_a_bug_in_the_client_core_fails_the_client_and_says_so(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(ProcessTracking, "_deliver", broken)
+    with anyio.fail_after(20), pytest.raises(ClientBug, match="bug of its own.*KeyError"):
+        async with connect(server.url) as ex:
+            proc = await ex.start(["echo", "hi"])
+            await proc.wait()

@@ -291,6 +291,54 @@ def test_a_frame_the_client_cannot_use_is_reported_and_ignored(frame: str) -> No
     assert outputs(out(core, 1, b"still fine")) == [(1, b"still fine")]
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"id": "CALL"},  # neither result nor error
+        {"id": "CALL", "error": {"code": "bad", "message": "x"}},
+        {"id": "CALL", "error": "no"},
+    ],
+)
+def test_a_malformed_answer_fails_its_call_instead_of_leaving_it_waiting(
+    reply: dict[str, Any]
+) -> None:
+    core = ready()
+    call = core.request("fs/getMetadata", {"path": "file:///"})
+    sent(core)
+    reply["id"] = call
+    failure, misbehaved = core.receive(json.dumps(reply))
+    assert isinstance(misbehaved, ServerMisbehaved)
+    assert isinstance(failure, Failure) and failure.call_id == call
+    assert failure.code == -32603 and "malformed" in failure.message
+
+
+def test_a_malformed_answer_to_initialize_fails_the_handshake() -> None:
+    core = ClientCore("c1")
+    core.connection_made()
+    (init,) = sent(core)
+    events = answer(core, init["id"], {"environmentInfo": {}})  # no sessionId
+    assert [type(e) for e in events] == [HandshakeFailed, ServerMisbehaved]
+    assert core.state is ClientState.DISCONNECTED
+
+
+def test_a_bug_of_the_core_stops_it_and_is_not_blamed_on_the_server(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core, _ = started()
+
+    def broken(*args: object) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(core, "_deliver", broken)
+    with pytest.raises(KeyError):
+        out(core, 1, b"x")  # a sound frame: the error is the core's, it is not swallowed
+    assert core.state is ClientState.ERROR
+    for later in (lambda: out(core, 2, b"y"), lambda: core.request("environment/info"),
+                  core.connection_made, lambda: core.release("p", 1)):
+        with pytest.raises(LocalProtocolError, match="bug of its own"):
+            later()
+
+
 # -- reconnecting ----------------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,18 +21,55 @@ from wsproto.events import (
     Request,
     TextMessage,
 )
+from wsproto.utilities import RemoteProtocolError
 
 _READ_SIZE = 1 << 18
+# Of a refusal's body, only this much is read, and only a short plain-text first line is shown:
+# a wrong port may land on a web server whose answer is a whole page.
+_BODY_READ = 4096
+_BODY_SHOWN = 200
+# What OpenSSL says when the peer answers the TLS hello with plain bytes.
+_NOT_TLS = {"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE"}
 
 
 class HandshakeRefused(ConnectionError):
     """The server answered the upgrade with an HTTP status instead of a websocket."""
 
-    def __init__(self, status: int, body: bytes) -> None:
-        text = body.decode("utf-8", "replace").strip()
-        detail = f": {text}" if text else ""
-        super().__init__(f"the server refused the websocket: HTTP {status}{detail}")
+    def __init__(self, status: int, body: bytes = b"", content_type: str = "text/plain") -> None:
+        super().__init__(_refusal(status, body, content_type))
         self.status = status
+
+
+class NotWebSocket(ConnectionError):
+    """The peer answered the upgrade with something that is not HTTP at all."""
+
+
+class TLSFailed(ConnectionError):
+    """The TLS handshake of a ``wss://`` URL failed."""
+
+
+def _refusal(status: int, body: bytes, content_type: str) -> str:
+    """One line: the status and its phrase, and the body when it is a short line of text (the
+    exec-server's own refusals are: "missing or wrong bearer token")."""
+    try:
+        said = f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        said = f"HTTP {status}"
+    lines = body.decode("utf-8", "replace").strip().splitlines()
+    if content_type.startswith("text/plain") and len(lines) == 1 and len(lines[0]) <= _BODY_SHOWN:
+        said += f": {lines[0]}"
+    if status < 300:  # it served the request as a web page: a web server, not a websocket
+        return f"not a websocket server: it answered {said} (a web server on that port?)"
+    return f"the server refused the websocket: {said}"
+
+
+def _tls_failure(exc: ssl.SSLError) -> TLSFailed:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return TLSFailed(f"TLS: the server's certificate was refused: {exc.verify_message}")
+    why = (exc.reason or str(exc)).replace("_", " ").lower()
+    hint = " (is it a plain ws:// server?)" if exc.reason in _NOT_TLS else ""
+    return TLSFailed(f"TLS handshake failed: {why}{hint}")
+
 
 
 def parse_url(url: str) -> tuple[str, int, str, bool]:
@@ -48,6 +86,14 @@ def parse_url(url: str) -> tuple[str, int, str, bool]:
     port = given or (443 if tls else 80)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return parts.hostname, port, target, tls
+
+
+def _not_http(first: bytes) -> NotWebSocket | None:
+    """A peer whose first bytes are not an HTTP answer (an SSH server's banner, say)."""
+    if not first or first.startswith(b"HTTP/"[:len(first)]):
+        return None
+    line = first.split(b"\n", 1)[0].strip()[:60].decode("utf-8", "replace")
+    return NotWebSocket(f"not a websocket server: it said {line!r}, not HTTP")
 
 
 class WebSocket:
@@ -72,10 +118,13 @@ class WebSocket:
         stream: anyio.abc.ByteStream
         with anyio.move_on_after(connect_timeout) as connecting:
             if tls:
-                stream = await anyio.connect_tcp(
-                    host, port, ssl_context=ssl.create_default_context(),
-                    tls_standard_compatible=False,
-                )
+                try:
+                    stream = await anyio.connect_tcp(
+                        host, port, ssl_context=ssl.create_default_context(),
+                        tls_standard_compatible=False,
+                    )
+                except ssl.SSLError as exc:  # its errno is OpenSSL's, not the system's
+                    raise _tls_failure(exc) from None
             else:
                 stream = await anyio.connect_tcp(host, port)
         if connecting.cancelled_caught:
@@ -98,24 +147,35 @@ class WebSocket:
         return self
 
     async def _await_accept(self) -> None:
-        status, body = 0, bytearray()
+        refused: tuple[int, str] | None = None  # (status, content type) of a refusal
+        body, first = bytearray(), b""
         while True:
             try:
                 data = await self._stream.receive(_READ_SIZE)
             except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+                if refused is not None:  # a body that ends with the connection
+                    raise HandshakeRefused(refused[0], bytes(body), refused[1]) from None
                 raise ConnectionError("closed during the websocket handshake") from exc
-            self._ws.receive_data(data)
-            for event in self._ws.events():
-                if isinstance(event, AcceptConnection):
-                    return
-                if isinstance(event, RejectConnection):
-                    status = event.status_code
-                    if not event.has_body:
-                        raise HandshakeRefused(status, b"")
-                elif isinstance(event, RejectData):
-                    body += event.data
-                    if event.body_finished:
-                        raise HandshakeRefused(status, bytes(body))
+            first = first or data
+            not_http = _not_http(first)
+            if not_http is not None:
+                raise not_http
+            try:
+                self._ws.receive_data(data)
+                for event in self._ws.events():  # not all at once: frames may follow the accept
+                    if isinstance(event, AcceptConnection):
+                        return
+                    if isinstance(event, RejectConnection):
+                        kind = dict(event.headers).get(b"content-type", b"").decode("latin-1")
+                        refused = (event.status_code, kind.lower())
+                        if not event.has_body:
+                            raise HandshakeRefused(refused[0], b"", refused[1])
+                    elif isinstance(event, RejectData) and refused is not None:
+                        body += event.data
+                        if event.body_finished or len(body) >= _BODY_READ:
+                            raise HandshakeRefused(refused[0], bytes(body), refused[1])
+            except RemoteProtocolError:
+                raise NotWebSocket("not a websocket server: its answer is not valid HTTP") from None
 
     async def send(self, messages: list[bytes]) -> None:
         """Send each message as a text frame, all in one write."""

@@ -3,10 +3,13 @@ exit status 2 (255 for an exec-server that cannot be reached or kept), never a t
 
 from __future__ import annotations
 
+import http.server
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,49 @@ def silent_port() -> Iterator[int]:
         yield silent.getsockname()[1]
 
 
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def web_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A web server (not a websocket one) whose answer is a whole page: a directory listing."""
+    where = tmp_path_factory.mktemp("web")
+    for index in range(50):
+        (where / f"file-{index}.txt").write_text("x")
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(where)))
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    yield web.server_address[1]
+    web.shutdown()
+    web.server_close()
+
+
+@pytest.fixture(scope="module")
+def banner_port() -> Iterator[int]:
+    """A peer that greets with something that is not HTTP (an SSH server's banner)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+
+        def greet() -> None:
+            while True:
+                try:
+                    peer, _ = listener.accept()
+                except OSError:  # closed at the end of the module
+                    return
+                with peer:
+                    peer.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+                    peer.settimeout(5)
+                    try:
+                        peer.recv(1 << 16)
+                    except OSError:
+                        pass
+
+        threading.Thread(target=greet, daemon=True).start()
+        yield listener.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
     running = Server("asyncio")
@@ -57,7 +103,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # (what the user typed after `execproto`, status, what stderr must say). {port}, {silent},
-# {url} and {files} are filled in. Exec's remote command follows `--`.
+# {web}, {banner}, {url}, {wss} (the server's URL as wss://) and {files} are filled in. Exec's
+# remote command follows `--`.
 MISTAKES = [
     # serve
     ("serve --listen ws://127.0.0.1:{port}", 2, "the port is in use"),
@@ -106,6 +153,14 @@ MISTAKES = [
     ("exec ws://127.0.0.1:{silent} --handshake-timeout 1 -- true", 255,
      "connected, but no websocket handshake in 1 s"),
     ("exec {url} -- /no/such/program", 127, "/no/such/program: No such file or directory"),
+    ("exec ws://127.0.0.1:{web} -- true", 255,  # was the whole page, over many lines
+     "ws://127.0.0.1:{web}: not a websocket server: it answered HTTP 200 OK (a web server on"),
+    ("exec ws://127.0.0.1:{web}/missing -- true", 255,
+     "the server refused the websocket: HTTP 404 Not Found"),
+    ("exec {wss} -- true", 255,  # was "Operation not permitted" (OpenSSL's code as an errno)
+     "TLS handshake failed: wrong version number (is it a plain ws:// server?)"),
+    ("exec ws://127.0.0.1:{banner} -- true", 255,
+     "not a websocket server: it said 'SSH-2.0-OpenSSH_9.2', not HTTP"),
     # replay
     (f"replay {MISSING}", 2, f"{MISSING}: No such file or directory"),
     ("replay {files}/empty", 2, "is empty, not an execproto trace"),
@@ -119,10 +174,13 @@ MISTAKES = [
 
 @pytest.mark.parametrize(("typed", "status", "said"), MISTAKES)
 def test_a_mistake_is_one_line_and_its_exit_status(
-    typed: str, status: int, said: str, busy_port: int, silent_port: int, server: Server,
-    files: Path,
+    typed: str, status: int, said: str, busy_port: int, silent_port: int, web_port: int,
+    banner_port: int, server: Server, files: Path,
 ) -> None:
-    argv = typed.format(port=busy_port, silent=silent_port, url=server.url, files=files).split()
+    fill = {"port": busy_port, "silent": silent_port, "web": web_port, "banner": banner_port,
+            "url": server.url, "wss": server.url.replace("ws://", "wss://"), "files": files}
+    argv = typed.format(**fill).split()
+    said = said.format(**fill)
     done = subprocess.run([*EXECPROTO, *argv], capture_output=True, text=True, timeout=60,
                           cwd=files, stdin=subprocess.DEVNULL)
     assert (done.returncode, done.stdout) == (status, ""), done.stderr

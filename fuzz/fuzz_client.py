@@ -75,15 +75,16 @@ STEPS = st.lists(
         st.tuples(st.just("raw"), st.text(max_size=12) | _json.map(json.dumps)),
         st.tuples(st.just("lost")),
         st.tuples(st.just("made")),
-        st.tuples(st.just("call"), st.sampled_from(["start", "write", "signal", "read", "info"]),
+        st.tuples(st.just("call"), st.sampled_from(["start", "write", "signal", "read", "info",
+                                                    "release"]),
                   st.sampled_from(PIDS)),
     ),
     max_size=40,
 )
 
 
-def server_frames(steps: list[tuple[Any, ...]]) -> None:
-    core = ClientCore("fz", client_name="fuzz")
+def server_frames(steps: list[tuple[Any, ...]], release_on_delivery: bool) -> None:
+    core = ClientCore("fz", client_name="fuzz", release_on_delivery=release_on_delivery)
     core.connection_made()
     sent: list[int] = []
     seen: dict[str, list[ClientEvent]] = {}
@@ -128,6 +129,9 @@ def server_frames(steps: list[tuple[Any, ...]]) -> None:
                     core.interrupt(pid)
                 elif what == "read":
                     core.request("process/read", {"processId": pid})
+                elif what == "release":  # all it has delivered, as a reader that caught up
+                    delivered = [e.seq for e in seen.get(pid, []) if isinstance(e, Output)]
+                    core.release(pid, max(delivered, default=0))
                 else:
                     core.request("environment/info")
             except LocalProtocolError:
@@ -142,7 +146,7 @@ def server_frames(steps: list[tuple[Any, ...]]) -> None:
         assert len(closes) <= 1 and (not closes or closes[0] == len(events) - 1), (pid, events)
 
 
-TARGETS["server_frames"] = (server_frames, {"steps": STEPS})
+TARGETS["server_frames"] = (server_frames, {"steps": STEPS, "release_on_delivery": st.booleans()})
 
 
 def test_server_frames() -> None:

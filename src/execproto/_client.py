@@ -89,11 +89,15 @@ class ClientCore(ProcessTracking):
         self._tracks: dict[str, _Track] = {}
         self.error: BaseException | None = None  # what stopped the core (state ERROR)
 
-    def _check_usable(self) -> None:
+    def _check_sound(self) -> None:
         if self.error is not None:
             raise LocalProtocolError(
                 f"the client core stopped after a bug of its own: {self.error!r}"
             ) from self.error
+
+    def _check_usable(self) -> None:
+        """For what starts something new: a lost session cannot."""
+        self._check_sound()
         if self.state is ClientState.LOST:
             raise LocalProtocolError("the session is lost; start a new client")
 
@@ -231,7 +235,7 @@ class ClientCore(ProcessTracking):
         A frame the core cannot act on is reported as `ServerMisbehaved`, and fails the call it
         answers. Any exception that escapes is the core's own bug: it stops the core (state
         ERROR, ``error`` holds it), and every later call raises `LocalProtocolError`."""
-        self._check_usable()
+        self._check_sound()
         events: list[ClientEvent] = []
         try:
             message = json.loads(data)

@@ -88,7 +88,7 @@ class ProcessTracking:
     _inflight: dict[int, _Call]
     _outbox: list[bytes]
 
-    def _check_usable(self) -> None: ...
+    def _check_sound(self) -> None: ...
 
     # -- process events -------------------------------------------------------------------------
 
@@ -220,7 +220,7 @@ class ProcessTracking:
         acknowledge it (in quarter windows), so the server may drop it and go on. Only with
         ``release_on_delivery=False``; harmless for a closed process or a server without acks.
         """
-        self._check_usable()
+        self._check_sound()
         track = self._tracks.get(process_id)
         if track is None:
             return

@@ -432,6 +432,10 @@ def test_an_expired_session_is_lost_with_every_waiting_call() -> None:
         core.request("environment/info")
     with pytest.raises(LocalProtocolError):
         core.connection_made()
+    # What still arrives on that connection is not the core's mistake: it is taken quietly.
+    assert out(core, 1, b"late") == []
+    core.release("p", 1)
+    assert core.connection_lost() == []
 
 
 def test_a_process_forgotten_while_away_closes_with_a_failure() -> None:

@@ -103,7 +103,8 @@ def _weight(data: bytes | str) -> int:
 
 def parse(data: bytes | str) -> Incoming | Malformed | ClientResponse:
     """Decode one frame."""
-    if _weight(data) > MAX_VALUES:
+    # No message shorter than the bound can pass it: most are not counted at all.
+    if len(data) > MAX_VALUES and _weight(data) > MAX_VALUES:
         return Malformed(f"a message may hold at most {MAX_VALUES} values")
     try:
         # A binary frame is UTF-8 like a text frame (json.loads would also guess UTF-16 and
@@ -119,7 +120,8 @@ def parse(data: bytes | str) -> Incoming | Malformed | ClientResponse:
     # name or UTF-8 encoder takes: JSON (RFC 8259) allows it, strict parsers such as the
     # reference's refuse it, and so does this one. Only an escape can make one.
     try:
-        if ("\\ud" in text or "\\uD" in text) and _lone_surrogate(message):
+        # One scan for a backslash-u (a write's base64 has none), then the closer look.
+        if "\\u" in text and ("\\ud" in text or "\\uD" in text) and _lone_surrogate(message):
             return Malformed("unexpected end of hex escape")
     except RecursionError:
         return Malformed("recursion limit exceeded")

@@ -7,9 +7,9 @@ with ``execproto serve``. Every callback runs on the loop's thread, which owns t
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +17,7 @@ from ._driver import CoreFailed
 from ._peer import HIGH_WATER, LOW_WATER, StdioPeer
 from ._serve import Options, Server
 from ._sockwriter import SocketWriter
+from ._stdio import FLUSH_TIMEOUT, DrainingStdioPeer, StdioFds
 
 READ_SIZE = 256 << 10
 
@@ -139,7 +140,7 @@ class _WsConnection:
 
 
 class _StdinProtocol(asyncio.Protocol):
-    def __init__(self, peer: StdioPeer, done: asyncio.Event) -> None:
+    def __init__(self, peer: DrainingStdioPeer, done: asyncio.Event) -> None:
         self._peer = peer
         self._done = done
 
@@ -147,14 +148,24 @@ class _StdinProtocol(asyncio.Protocol):
         self._peer.received(data)
 
     def eof_received(self) -> bool:
+        self._peer.end(self._ended)  # the server stops once all that was asked is answered
+        return False
+
+    def _ended(self) -> None:
         self._peer.received(b"")
         self._done.set()
-        return False
 
 
 class _StdoutProtocol(asyncio.Protocol):
     peer: StdioPeer | None = None
     stdin: asyncio.ReadTransport | None = None  # not read while stdout is blocked
+
+    def __init__(self) -> None:
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
 
     def pause_writing(self) -> None:
         if self.stdin is not None:
@@ -187,14 +198,19 @@ async def serve(
     loop = asyncio.get_running_loop()
     stop = stop if stop is not None else asyncio.Event()
     server = Server(listen, options, _Loop(loop), stop.set)
+    stdio: tuple[StdioFds, asyncio.WriteTransport, _StdoutProtocol] | None = None
     if server.where.stdio:
-        out_transport, out_protocol = await loop.connect_write_pipe(_StdoutProtocol, sys.stdout)
+        fds = StdioFds()  # regular files and /dev/null through a pipe and a thread
+        out_transport, out_protocol = await loop.connect_write_pipe(
+            _StdoutProtocol, os.fdopen(fds.stdout, "wb", buffering=0))
+        stdio = fds, out_transport, out_protocol
         # stdout is written through a transport, which keeps the water marks itself.
         out_transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
-        peer = StdioPeer(server.driver, out_transport.writelines, stop.set)
+        peer = DrainingStdioPeer(server.driver, out_transport.writelines, stop.set,
+                                 reports_sent=False)
         out_protocol.peer = peer
-        out_protocol.stdin, _ = await loop.connect_read_pipe(lambda: _StdinProtocol(peer, stop),
-                                                             sys.stdin)
+        out_protocol.stdin, _ = await loop.connect_read_pipe(
+            lambda: _StdinProtocol(peer, stop), os.fdopen(fds.stdin, "rb", buffering=0))
         peer.opened("stdio")
     else:
         server.listen(lambda sock, label: _WsConnection(loop, sock, label, server))
@@ -205,7 +221,21 @@ async def serve(
         idle = asyncio.Event()
         server.shut_down(idle.set)
         await idle.wait()
+        if stdio is not None:
+            await _flush_stdout(*stdio)
     server.finish()
+
+
+async def _flush_stdout(fds: StdioFds, transport: asyncio.WriteTransport,
+                        protocol: _StdoutProtocol) -> None:
+    """Write what is still queued for stdout (for a few seconds at most: a reader that stopped
+    reading is not waited for), then close it."""
+    transport.close()
+    try:
+        await asyncio.wait_for(asyncio.shield(protocol.closed), FLUSH_TIMEOUT)
+    except TimeoutError:
+        transport.abort()
+    fds.finish()
 
 
 def run(listen: str, **options: Any) -> None:

@@ -26,9 +26,10 @@ from functools import partial
 from typing import Any
 
 from ._driver import CoreFailed
-from ._peer import Peer, StdioPeer, WaterMarks
+from ._peer import Peer, WaterMarks
 from ._serve import Options, Server
 from ._sockwriter import send_all
+from ._stdio import DrainingStdioPeer
 
 # Reads a connection's reader thread may have handed to the owner and not yet seen handled:
 # without a bound, a fast client's bytes would pile up in the owner's queue.
@@ -411,9 +412,20 @@ def serve(
                 except OSError:
                     pass
 
-        conn = _Connection(loop, lambda: os.read(stdin, 1 << 16),
-                           partial(send_all, partial(os.writev, stdout)), close_stdio)
-        stdio = StdioPeer(server.driver, conn.write, conn.hang_up)
+        def receive() -> bytes:
+            data = os.read(stdin, 1 << 16)
+            if not data:  # the end is seen once all that was asked is answered
+                ended = threading.Event()
+                loop.post(partial(stdio.end, ended.set))
+                ended.wait()
+            return data
+
+        def send(parts: list[bytes]) -> None:
+            send_all(partial(os.writev, stdout), parts)
+            loop.post(partial(stdio.sent, sum(map(len, parts))))
+
+        conn = _Connection(loop, receive, send, close_stdio)
+        stdio = DrainingStdioPeer(server.driver, conn.write, conn.hang_up)
         conn.peer = stdio
         stdio.opened("stdio")
 

@@ -8,7 +8,6 @@ owns the core.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 from collections import deque
@@ -19,9 +18,10 @@ from typing import Any
 import trio
 
 from ._driver import CoreFailed
-from ._peer import Peer, StdioPeer, WaterMarks
+from ._peer import Peer, WaterMarks
 from ._serve import Options, Server
 from ._sockwriter import Buffer, advance, batch
+from ._stdio import DrainingStdioPeer, StdioFds
 
 
 class _Loop:
@@ -228,18 +228,29 @@ async def serve(
             nursery.start_soon(conn.run, lambda data: peer.received(data, label))
 
         if server.where.stdio:
-            stdin = trio.lowlevel.FdStream(os.dup(0))
-            stdout = trio.lowlevel.FdStream(os.dup(1))
+            fds = StdioFds()  # regular files and /dev/null through a pipe and a thread
+            stdin = trio.lowlevel.FdStream(fds.stdin)
+            stdout = trio.lowlevel.FdStream(fds.stdout)
 
             async def close_both() -> None:
                 await stdin.aclose()
                 await stdout.aclose()
 
             async def send_joined(parts: list[bytes]) -> None:
-                await stdout.send_all(b"".join(parts))
+                data = b"".join(parts)
+                await stdout.send_all(data)
+                stdio.sent(len(data))
 
-            conn = _Connection(stdin.receive_some, send_joined, close_both)
-            stdio = StdioPeer(server.driver, conn.write, conn.hang_up)
+            async def receive(size: int) -> bytes:
+                data = await stdin.receive_some(size)
+                if not data:  # the end is seen once all that was asked is answered
+                    ended = trio.Event()
+                    stdio.end(ended.set)
+                    await ended.wait()
+                return bytes(data)
+
+            conn = _Connection(receive, send_joined, close_both)
+            stdio = DrainingStdioPeer(server.driver, conn.write, conn.hang_up)
             conn.peer = stdio
             stdio.opened("stdio")
 
@@ -257,6 +268,8 @@ async def serve(
         server.shut_down(idle.set)
         await idle.wait()
         nursery.cancel_scope.cancel()
+    if server.where.stdio:
+        fds.finish()  # stdout was closed with its connection: the copy to a file ends
     server.finish()  # out of the nursery, so not wrapped in an exception group
 
 

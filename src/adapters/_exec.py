@@ -1,31 +1,61 @@
 """``execproto exec URL -- CMD ARGS...``: run one command on an exec-server, like ``ssh host cmd``.
 
-The remote stdout and stderr go to the local ones byte for byte; local stdin is forwarded when
-it is not a terminal (or, with ``--tty``, as raw keystrokes); Ctrl-C interrupts the remote process;
-the third one, SIGTERM or SIGHUP terminate it and end exec within GIVE_UP (1 s) with 128 + N,
-whatever the server does. The exit status is otherwise the remote exit code, 255 when the
-server cannot be reached, closes the connection or the session is lost, 2 for a mistake in
-the command line.
+The remote stdout and stderr go to the local ones byte for byte, written by a thread of their
+own (`_Writer`): a local reader that stalls (``| less``) blocks that thread, not the event loop,
+which goes on answering the server's pings, and the next chunk is not taken until the last is
+written, so the client leaves it unacknowledged and the server pauses the remote process.
+Local stdin is forwarded when it is not a terminal, or with ``--tty`` as raw keystrokes
+(`_Keys`: ``~.`` at the start of a line disconnects, ``~~`` sends one ``~``, as in ssh).
+
+Exit statuses:
+
+- the remote exit code (128 + N when the remote process was killed by signal N);
+- 1 (LOCAL_OUTPUT): the local stdout or stderr cannot be written (``>/dev/full``); the remote
+  process is terminated;
+- 2: a mistake in the command line, or in what it names (a ``--cwd`` that is no directory on
+  the server, text that is not UTF-8, a missing token file);
+- 124 (TIMED_OUT): ``--timeout`` ran out; the remote process is terminated, as timeout(1) does;
+- 126, 127: the program cannot be run, or is missing;
+- 128 + N: signal N ended exec (130 Ctrl-C, 129 SIGHUP, 143 SIGTERM);
+- 141 (CLOSED_PIPE): the local stdout was closed (``| head``); the remote process is terminated
+  and nothing is said, as a shell's command killed by SIGPIPE;
+- 255 (FAILED): the server cannot be reached, refuses or closes the connection, loses the
+  session or cannot start the command; also ``~.`` (DISCONNECTED), as ssh.
+
+Signals:
+
+- SIGINT (Ctrl-C): the first two interrupt the remote process (SIGINT to its group), the third
+  terminates it (130). While connecting or waiting to resume, the first ends exec at once (130).
+  Under ``--tty`` the terminal is raw, so Ctrl-C is a keystroke the remote terminal hears; while
+  waiting to resume, the third one typed gives up (130), and so does ``~.`` (255).
+- SIGTERM, SIGHUP: terminate the remote process; exec ends with 128 + N.
+- Whatever ends exec early (those, ``--timeout``, ``~.``) ends it within GIVE_UP (1 s), even
+  when the server answers nothing (frozen, or a request still out).
+- SIGWINCH, under ``--tty``: the new size goes to the remote terminal when the server has
+  ``process/resize`` (execproto's); otherwise only the size at the start is passed on.
+- SIGPIPE is not used: a closed stdout is seen as EPIPE (141, above).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import queue
 import select
 import signal
 import sys
 import termios
+import threading
 import tty as ttymod
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import anyio
 import anyio.abc
 
 from ._errors import UsageError, leaves
-from ._wsclient import HandshakeRefused, parse_url
+from ._wsclient import HandshakeRefused, NotWebSocket, parse_url
 from .client import (
     CONNECT_TIMEOUT,
     HANDSHAKE_TIMEOUT,
@@ -37,38 +67,67 @@ from .client import (
     connect,
 )
 
-# Exit statuses of our own, as shells and ssh use them.
-NOT_FOUND = 127
+# Exit statuses of our own, as shells, timeout(1) and ssh use them.
+LOCAL_OUTPUT = 1
+TIMED_OUT = 124
 NOT_EXECUTABLE = 126
+NOT_FOUND = 127
+CLOSED_PIPE = 128 + signal.SIGPIPE
 FAILED = 255
+DISCONNECTED = FAILED  # ~., as ssh exits
 SPAWN_STATUS = {"spawnNotFound": NOT_FOUND, "spawnPermissionDenied": NOT_EXECUTABLE}
 # Ctrl-C interrupts; this many in a row terminate instead, for a program that ignores SIGINT.
+# Typed on a raw terminal while the connection is down, this many give up.
 TERMINATE_AFTER = 3
 GIVE_UP = 1.0  # seconds a stopping signal waits for the server before exec ends anyway
 RESUME_TIMEOUT = 25.0
-# With --tty the protocol carries no terminal size (the reference has no process/resize), so
-# the command is started through sh, which sets the size on its terminal and then becomes it.
+# With --tty and a server without process/resize (the reference), the protocol carries no
+# terminal size, so the command is started through sh, which sets it and then becomes it.
 SIZED = 'stty rows "$1" cols "$2" 2>/dev/null; shift 2; exec "$@"'
+# Keystrokes read while they cannot be sent (the connection is down) wait, up to this much.
+KEYS_BACKLOG = 1 << 20
+CTRL_C, TILDE, DOT, CR, LF = 3, ord("~"), ord("."), ord("\r"), ord("\n")
+
+DESCRIPTION = """\
+Run one command on an exec-server, like "ssh host cmd". The remote stdout and stderr come out
+here byte for byte, local stdin is forwarded when it is not a terminal, and exec exits with the
+command's exit code.
+
+Ctrl-C interrupts the command, the third one terminates it; SIGTERM and SIGHUP terminate it.
+A dropped connection is resumed. With --tty the command runs under a pseudo-terminal and
+keystrokes go to it raw: "~." at the start of a line disconnects (and terminates the command),
+"~~" sends one "~", and a resized window is passed on when the server can.
+
+Exit status: the command's (128+N if it was killed by signal N); 1 the local stdout or stderr
+cannot be written; 2 a mistake on the command line; 124 --timeout ran out; 126 the program
+cannot be run; 127 it is missing; 128+N exec was ended by signal N (130 Ctrl-C, 129 SIGHUP,
+143 SIGTERM); 141 the local stdout was closed; 255 the server cannot be reached, refuses or
+closes the connection, loses the session or cannot start the command, or "~." was typed.
+"""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     run: argparse.ArgumentParser = commands.add_parser(
-        "exec", help="run a command on an exec-server", description=__doc__,
+        "exec", help="run a command on an exec-server", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("url", help="the server, ws://IP:PORT")
+    run.add_argument("url", help="the server, ws://HOST:PORT")
     run.add_argument("argv", nargs="*", metavar="-- CMD ARGS",
                      help="the command to run (after --, so its options stay its own)")
-    run.add_argument("--cwd", help="the remote working directory, an absolute path "
-                                   "(default: the server's)")
-    run.add_argument("--env", action="append", default=[], metavar="K=V",
+    run.add_argument("--cwd", metavar="DIR", help="the remote working directory, an absolute "
+                                                  "path (default: the server's)")
+    run.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                      help="set a variable in the remote environment; repeatable")
     run.add_argument("--inherit-env", choices=["all", "core", "none"], default="all",
                      help="what the remote process takes from the server's environment, before "
                           "--env (secrets named *KEY*, *SECRET*, *TOKEN* never; default all)")
     run.add_argument("--tty", action="store_true",
                      help="run under a pseudo-terminal of this terminal's size and TERM, and "
-                          "forward keystrokes raw")
-    run.add_argument("--auth-token-file", type=Path, help="send the bearer token in this file")
+                          "forward keystrokes raw (~. at the start of a line disconnects)")
+    run.add_argument("--timeout", type=float, metavar="SECONDS",
+                     help="after this long (connecting included), terminate the remote "
+                          "process and exit 124, as timeout(1) does")
+    run.add_argument("--auth-token-file", type=Path, metavar="FILE",
+                     help="send the bearer token in this file (the server's --auth-token-file)")
     run.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT, metavar="SECONDS",
                      help="give up connecting after this long (default %(default)g)")
     run.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_TIMEOUT,
@@ -102,27 +161,26 @@ def run(args: argparse.Namespace) -> int:
         _sendable(args.cwd, "--cwd")
     if args.cwd is not None and not args.cwd.startswith("/"):
         raise UsageError(f"--cwd must be an absolute path on the server, not {args.cwd!r}")
-    for name in ("connect_timeout", "handshake_timeout", "resume_timeout"):
-        if getattr(args, name) <= 0:
+    for name in ("connect_timeout", "handshake_timeout", "resume_timeout", "timeout"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     try:
         parse_url(args.url)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     token = read_token(args.auth_token_file) if args.auth_token_file else None
-    terminal = args.tty and os.isatty(0)
-    if args.tty:
-        argv = _sized(argv, env, terminal)
-    session = _Session(args, argv, env, token)
+    if args.tty and "TERM" in os.environ:
+        env.setdefault("TERM", os.environ["TERM"])
+    session = _Session(args, argv, env, token, terminal=args.tty and os.isatty(0))
     try:
-        with _raw_terminal(terminal):
-            return anyio.run(session.run)
+        return anyio.run(session.run)
     except BaseException as exc:
         # Task groups wrap a failure in an exception group: find the reason inside.
         for leaf in leaves(exc):
             if isinstance(leaf, UsageError):
                 raise leaf from None
-            if isinstance(leaf, HandshakeRefused):
+            if isinstance(leaf, (HandshakeRefused, NotWebSocket)):
                 return _fail(f"{args.url}: {leaf}")
             if isinstance(leaf, SessionGone):
                 return _fail(f"{args.url}: the server no longer has this session ({leaf})")
@@ -153,70 +211,118 @@ def _why(exc: OSError) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _sized(argv: list[str], env: dict[str, str], terminal: bool) -> list[str]:
-    """With ``--tty``: the local TERM (unless --env sets one) and, on a terminal, its size."""
-    if "TERM" in os.environ:
-        env.setdefault("TERM", os.environ["TERM"])
-    if not terminal:
-        return argv
-    columns, rows = os.get_terminal_size(0)
-    if not rows or not columns:
-        return argv
-    return ["sh", "-c", SIZED, "execproto-tty", str(rows), str(columns), *argv]
+def _terminal_size() -> tuple[int, int] | None:
+    """The local terminal's (rows, columns), or None when it has none."""
+    try:
+        columns, rows = os.get_terminal_size(0)
+    except OSError:
+        return None
+    return (rows, columns) if rows and columns else None
+
+
+class _Stderr:
+    """How exec's own lines end: on a raw terminal (--tty) a bare LF moves down without going
+    back to the left edge, so each line would start where the last ended."""
+
+    raw = False
+
+
+def _say(message: str) -> None:
+    try:
+        print(f"execproto exec: {message}", end="\r\n" if _Stderr.raw else "\n",
+              file=sys.stderr, flush=True)
+    except OSError:
+        pass  # a stderr that cannot be written cannot be told so either
 
 
 def _fail(message: str, status: int = FAILED) -> int:
-    print(f"execproto exec: {message}", file=sys.stderr)
+    _say(message)
     return status
+
+
+class _LocalOutputFailed(Exception):
+    """Writing the remote output to the local stdout or stderr failed: a local problem."""
+
+    def __init__(self, fd: int, error: OSError) -> None:
+        super().__init__(fd, error)
+        self.name = "stdout" if fd == 1 else "stderr"
+        self.error = error
 
 
 class _Session:
     """One command's run: connect, start, copy output, and hear signals throughout."""
 
     def __init__(self, args: argparse.Namespace, argv: list[str], env: dict[str, str],
-                 token: str | None) -> None:
+                 token: str | None, terminal: bool) -> None:
         self.args, self.argv, self.env, self.token = args, argv, env, token
+        self.terminal = terminal  # --tty on a local terminal: raw keystrokes, a size
         self.client: Client | None = None
         self.proc: Process | None = None
-        self.status: int | None = None  # set when a signal ends the command early
-        self.pressed = 0  # Ctrl-Cs so far
+        self.status: int | None = None  # set when exec ends early (a signal, --timeout, ~.)
+        self.pressed = 0  # Ctrl-Cs so far (signals)
+        self.typed = 0  # Ctrl-Cs typed on a raw terminal since the connection dropped
+        self.resized = anyio.Event()  # SIGWINCH came
+        self._group: anyio.abc.TaskGroup | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self.client is not None and self.client.connected
 
     async def run(self) -> int:
         # Signals are caught from the start, so one that comes while connecting or resuming
         # ends this command instead of waiting for a server that may never answer.
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        heard = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+        if self.terminal:
+            heard.append(signal.SIGWINCH)
+        with anyio.open_signal_receiver(*heard) as signals:
             async with anyio.create_task_group() as group:
+                self._group = group
+
                 async def hear() -> None:
                     async for signum in signals:
-                        self._on_signal(signum, group)
+                        self._on_signal(signum)
 
                 group.start_soon(hear)
+                if self.args.timeout is not None:
+                    group.start_soon(self._time_out, self.args.timeout)
                 status = await self._command()
                 group.cancel_scope.cancel()
         return self.status if self.status is not None else status
 
-    def _on_signal(self, signum: int, group: anyio.abc.TaskGroup) -> None:
-        client, proc = self.client, self.proc
-        if client is None or not client.connected:
-            # Still connecting, or waiting to resume: nothing can be told; give up now.
-            if client is not None and proc is not None:
-                print(f"execproto exec: {signal.Signals(signum).name} while reconnecting: "
-                      "giving up (the server ends the process when the session expires)",
-                      file=sys.stderr)
-            self.status = 128 + signum
-            group.cancel_scope.cancel()
+    def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGWINCH:
+            self.resized.set()
             return
-        # Ctrl-C interrupts, unless the terminal is raw: then it is just a keystroke.
-        if signum == signal.SIGINT and not self.args.tty and proc is not None:
+        # Ctrl-C interrupts. On a raw terminal it is a keystroke, so a SIGINT is someone's kill.
+        proc = self.proc
+        if signum == signal.SIGINT and self.connected and not self.terminal and proc is not None:
             self.pressed += 1
             if self.pressed < TERMINATE_AFTER:
-                group.start_soon(_quietly, proc.interrupt)
+                assert self._group is not None
+                self._group.start_soon(_quietly, proc.interrupt)
                 return
-        # SIGTERM, SIGHUP, the third Ctrl-C, or any signal while the start is in flight: the
-        # remote process is stopped, and exec ends within GIVE_UP whatever the server does.
-        if self.status is None:
-            self.status = 128 + signum
-            group.start_soon(self._stop_within, group)
+        # SIGTERM, SIGHUP, the third Ctrl-C, or any signal while the start is in flight.
+        self._end(128 + signum, signal.Signals(signum).name)
+
+    async def _time_out(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+        self._end(TIMED_OUT, f"--timeout {seconds:g}")
+
+    def _end(self, status: int, what: str) -> None:
+        """End exec early with ``status``: the remote process is terminated, and exec ends
+        within GIVE_UP whatever the server does; without a connection, at once."""
+        group = self._group
+        if self.status is not None or group is None:
+            return
+        self.status = status
+        if self.client is None or not self.client.connected:
+            # Still connecting, or waiting to resume: nothing can be told; give up now.
+            if self.client is not None and self.proc is not None:
+                _say(f"{what} while reconnecting: giving up (the server ends the process when "
+                     "the session expires)")
+            group.cancel_scope.cancel()
+            return
+        group.start_soon(self._stop_within, group)
 
     async def _stop_within(self, group: anyio.abc.TaskGroup) -> None:
         """Terminate the remote process (once the start answers, if it is in flight) and let
@@ -230,10 +336,12 @@ class _Session:
 
     def _said(self, state: str) -> None:
         if state == "lost":
-            print(f"execproto exec: lost the connection to {self.args.url}; reconnecting "
-                  f"(for up to {self.args.resume_timeout:g} s, Ctrl-C gives up)", file=sys.stderr)
+            self.typed = 0
+            how = "Ctrl-C three times or ~. gives up" if self.terminal else "Ctrl-C gives up"
+            _say(f"lost the connection to {self.args.url}; reconnecting (for up to "
+                 f"{self.args.resume_timeout:g} s, {how})")
         else:
-            print("execproto exec: reconnected; the session goes on", file=sys.stderr)
+            _say("reconnected; the session goes on")
 
     async def _command(self) -> int:
         args = self.args
@@ -244,31 +352,101 @@ class _Session:
                            handshake_timeout=args.handshake_timeout,
                            on_connection=self._said) as ex:
             self.client = ex
+            argv, size = self._sized(ex)
             try:
-                proc = await ex.start(self.argv, cwd=args.cwd, env=self.env,
+                proc = await ex.start(argv, cwd=args.cwd, env=self.env,
                                       inherit_env=args.inherit_env, tty=args.tty,
-                                      pipe_stdin=forward)
+                                      pipe_stdin=forward, size=size)
             except RemoteError as error:
                 return await self._not_started(ex, error)
             self.proc = proc
-            async with anyio.create_task_group() as group:
-                if forward:
-                    group.start_soon(_forward_stdin, proc)
-                try:
-                    await _copy_output(proc)
-                except BrokenPipeError:
-                    # Our reader went away (`| head`): stop the remote side, as ssh does.
-                    await _quietly(proc.terminate)
-                    group.cancel_scope.cancel()
-                    return 128 + signal.SIGPIPE
-                result = await proc.wait()
-                group.cancel_scope.cancel()
+            writer = _Writer()
+            failed: _LocalOutputFailed | None = None
+            try:
+                # Raw only once the command runs: until then Ctrl-C is a signal, and ends exec.
+                with _raw_terminal(self.terminal):
+                    async with anyio.create_task_group() as group:
+                        if self.terminal:
+                            group.start_soon(self._forward_keys, proc)
+                        elif forward:
+                            group.start_soon(_forward_stdin, proc)
+                        if size is not None:
+                            group.start_soon(self._pass_resizes, proc, size)
+                        try:
+                            await _copy_output(proc, writer)
+                        except _LocalOutputFailed as error:
+                            failed = error
+                        else:
+                            result = await proc.wait()
+                        group.cancel_scope.cancel()
+            finally:
+                writer.close()
+            if failed is not None:
+                return await _local_output_failed(proc, failed)
         for lost in proc.lost:
-            print(f"execproto exec: output between seqs {lost.after_seq} and {lost.before_seq} "
-                  "was lost", file=sys.stderr)
+            _say(f"output between seqs {lost.after_seq} and {lost.before_seq} was lost")
         if result.failure:
-            print(f"execproto exec: {result.failure}", file=sys.stderr)
+            _say(result.failure)
         return result.exit_code if result.exit_code is not None else FAILED
+
+    def _sized(self, ex: Client) -> tuple[list[str], tuple[int, int] | None]:
+        """The command and the terminal size to start it with: with --tty on a terminal, its
+        size, given to the server when it has process/resize (and kept up with SIGWINCH),
+        else set by `SIZED` before the command runs."""
+        size = _terminal_size() if self.terminal else None
+        if size is None:
+            return self.argv, None
+        if ex.supports("process/resize"):
+            return self.argv, size
+        rows, columns = size
+        return ["sh", "-c", SIZED, "execproto-tty", str(rows), str(columns), *self.argv], None
+
+    async def _pass_resizes(self, proc: Process, size: tuple[int, int]) -> None:
+        """On SIGWINCH, the local terminal's new size to the remote one. A burst of them is
+        one resize: the size is read when the last is sent."""
+        while True:
+            await self.resized.wait()
+            self.resized = anyio.Event()
+            now = _terminal_size()
+            if now is not None and now != size:
+                size = now
+                with suppress(ExecError):  # a process that has just exited, or a lost session
+                    await proc.resize(*size)
+
+    async def _forward_keys(self, proc: Process) -> None:
+        """--tty on a terminal: keystrokes are read even while they cannot be sent (the
+        connection is down), so that Ctrl-C and ~. still give up then."""
+        typed = _Backlog(KEYS_BACKLOG)
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._read_keys, typed)
+            with suppress(BrokenPipeError, ExecError):  # the process or the session is gone
+                while data := await typed.take():
+                    await proc.write(data)
+
+    async def _read_keys(self, typed: _Backlog) -> None:
+        keys = _Keys()
+        while True:
+            await anyio.wait_readable(0)
+            try:
+                data = os.read(0, 1 << 16)
+            except OSError:  # EIO: the terminal hung up
+                data = b""
+            if not data:
+                typed.close()
+                return
+            if not self.connected:
+                self.typed += data.count(CTRL_C)
+                if self.typed >= TERMINATE_AFTER:
+                    self._end(128 + signal.SIGINT, "Ctrl-C")
+                    return
+            send, disconnect = keys.feed(data)
+            if send:
+                await typed.put(send)
+            if disconnect:
+                if self.connected:
+                    _say("~.: disconnecting; the remote process is terminated")
+                self._end(DISCONNECTED, "~.")
+                return
 
     async def _not_started(self, ex: Client, error: RemoteError) -> int:
         """Say why the command did not start, blaming the right thing: the cwd, the program,
@@ -298,9 +476,67 @@ async def _quietly(call: Callable[[], Awaitable[object]]) -> None:
         pass
 
 
-async def _copy_output(proc: Process) -> None:
+async def _local_output_failed(proc: Process, failed: _LocalOutputFailed) -> int:
+    """The local stdout or stderr cannot be written: exec's own problem, not the server's. The
+    remote process is terminated (GIVE_UP at most); a closed pipe is not remarked on, as a
+    shell does not remark on a command that SIGPIPE ended."""
+    with anyio.move_on_after(GIVE_UP):
+        await _quietly(proc.terminate)
+    if isinstance(failed.error, BrokenPipeError):
+        return CLOSED_PIPE
+    _say(f"cannot write to the local {failed.name}: {_why(failed.error)}; the remote process "
+         "is terminated")
+    return LOCAL_OUTPUT
+
+
+async def _copy_output(proc: Process, writer: _Writer) -> None:
     async for chunk in proc.output():
-        _write_all(2 if chunk.stream == "stderr" else 1, chunk.data)
+        await writer.write(2 if chunk.stream == "stderr" else 1, chunk.data)
+
+
+class _Writer:
+    """Writes to the local stdout and stderr from a thread of its own, one chunk at a time.
+
+    The event loop waits for each write on a pipe the thread signals through, so it goes on
+    serving the connection (pings, acks) while a write blocks; not taking the next chunk
+    meanwhile is the backpressure. A daemon thread: a write still blocked when exec ends (a
+    signal, --timeout) does not keep the process alive.
+    """
+
+    def __init__(self) -> None:
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        self._jobs: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
+        self._sent = 0
+        self._done = 0  # written by the thread only
+        self._failed: _LocalOutputFailed | None = None
+        threading.Thread(target=self._serve, name="execproto exec output", daemon=True).start()
+
+    async def write(self, fd: int, data: bytes) -> None:
+        self._sent += 1
+        self._jobs.put((fd, data))
+        while self._done < self._sent:
+            await anyio.wait_readable(self._wake_read)
+            with suppress(BlockingIOError):
+                os.read(self._wake_read, 512)
+        if self._failed is not None:
+            raise self._failed
+
+    def close(self) -> None:
+        """Let the thread end once it is done with what it has (it closes the pipe)."""
+        self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fd, data = job
+            try:
+                _write_all(fd, data)
+            except OSError as error:
+                self._failed = self._failed or _LocalOutputFailed(fd, error)
+            self._done += 1
+            os.write(self._wake_write, b"w")
+        os.close(self._wake_read)
+        os.close(self._wake_write)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -310,6 +546,73 @@ def _write_all(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view):]
         except BlockingIOError:  # a non-blocking stdout we inherited: wait for room
             select.select([], [fd], [])
+
+
+class _Backlog:
+    """Bytes on their way from a reader to a writer, at most ``limit`` of them waiting (past
+    it the reader waits too)."""
+
+    def __init__(self, limit: int) -> None:
+        self._data = bytearray()
+        self._limit = limit
+        self._closed = False
+        self._changed = anyio.Event()
+
+    async def put(self, data: bytes) -> None:
+        while len(self._data) >= self._limit:
+            await self._wait()
+        self._data += data
+        self._notify()
+
+    def close(self) -> None:
+        self._closed = True
+        self._notify()
+
+    async def take(self) -> bytes:
+        """Everything waiting, once there is something; b"" once closed and empty."""
+        while not self._data and not self._closed:
+            await self._wait()
+        data = bytes(self._data)
+        self._data.clear()
+        self._notify()
+        return data
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def _wait(self) -> None:
+        await self._changed.wait()
+
+
+class _Keys:
+    """ssh's escapes in keystrokes typed on a raw terminal: after Enter (or as the first
+    input), ``~.`` disconnects and ``~~`` sends one ``~``; a ``~`` before anything else is
+    sent with it, and a ``~`` anywhere else is a ``~``."""
+
+    def __init__(self) -> None:
+        self.line_start = True
+        self.tilde = False  # a ~ at the start of a line, held back until the next key
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        """What to send of ``data``, and whether ``~.`` was typed (what follows it is not)."""
+        if not self.tilde and TILDE not in data:  # the common case, a key at a time or a paste
+            self.line_start = data[-1] in (CR, LF)
+            return data, False
+        out = bytearray()
+        for key in data:
+            if self.tilde:
+                self.tilde = False
+                if key == DOT:
+                    return bytes(out), True
+                if key != TILDE:
+                    out.append(TILDE)
+            elif self.line_start and key == TILDE:
+                self.tilde = True
+                continue
+            out.append(key)
+            self.line_start = key in (CR, LF)
+        return bytes(out), False
 
 
 async def _forward_stdin(proc: Process) -> None:
@@ -340,8 +643,10 @@ def _raw_terminal(raw: bool) -> Iterator[None]:
         yield
         return
     saved = termios.tcgetattr(0)
-    ttymod.setraw(0)
+    ttymod.setraw(0, termios.TCSADRAIN)  # not TCSAFLUSH: keys typed while connecting stay
+    _Stderr.raw = True
     try:
         yield
     finally:
+        _Stderr.raw = False
         termios.tcsetattr(0, termios.TCSADRAIN, saved)

@@ -153,6 +153,7 @@ MISTAKES = [
     ("exec ws://127.0.0.1:{silent} --handshake-timeout 1 -- true", 255,
      "connected, but no websocket handshake in 1 s"),
     ("exec {url} -- /no/such/program", 127, "/no/such/program: No such file or directory"),
+    ("exec {url} --timeout 0 -- true", 2, "--timeout must be positive"),
     ("exec ws://127.0.0.1:{web} -- true", 255,  # was the whole page, over many lines
      "ws://127.0.0.1:{web}: not a websocket server: it answered HTTP 200 OK (a web server on"),
     ("exec ws://127.0.0.1:{web}/missing -- true", 255,

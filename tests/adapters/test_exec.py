@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import pty
+import random
 import signal
 import socket
 import struct
@@ -167,11 +169,96 @@ def test_a_stopping_signal_ends_exec_within_a_second_of_a_frozen_server(signum: 
         frozen.stop()
 
 
-def test_a_closed_stdout_stops_the_remote_process(server: Server) -> None:
-    proc = _started(server, "echo ready; while :; do echo more; sleep 0.01; done")
-    assert proc.stdout is not None
+def _gone(tag: str) -> bool:
+    """Whether no process has ``tag`` in its command line, within 10 s."""
+    deadline = time.monotonic() + 10
+    while subprocess.run(["pgrep", "-f", tag], capture_output=True).stdout:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_closed_stdout_stops_the_remote_process_quietly(server: Server) -> None:
+    tag = f"closed-stdout-{os.getpid()}"
+    proc = _started(server, f"echo ready; while :; do echo more; sleep 0.01; done # {tag}")
+    assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()
-    assert proc.wait(30) == 128 + signal.SIGPIPE
+    assert proc.wait(30) == 128 + signal.SIGPIPE  # as a shell's command that SIGPIPE ended
+    assert proc.stderr.read() == b""
+    assert _gone(tag), "the remote process was not terminated"
+
+
+def test_a_local_stdout_that_cannot_be_written_is_a_local_error(server: Server) -> None:
+    """`>/dev/full` was blamed on the server ("cannot reach the server ...", 255)."""
+    tag = f"full-stdout-{os.getpid()}"
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([*EXEC, server.url, "--", "sh", "-c",
+                               f"while :; do echo more; sleep 0.01; done # {tag}"],
+                              stdout=full, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (b"execproto exec: cannot write to the local stdout: No space left on "
+                           b"device; the remote process is terminated\n")
+    assert _gone(tag), "the remote process was not terminated"
+
+
+def test_a_reader_stalled_past_two_pings_loses_nothing() -> None:
+    """A local reader that stops reading (`| less`) blocked exec's event loop in its write, so
+    the server's pings went unanswered: it dropped the connection, the session expired and the
+    remote process was killed with its output. Now the write waits in a thread of its own,
+    and the process is paused until the reader catches up."""
+    quick = Server("asyncio", "--ping-interval", "0.5", "--session-ttl", "2", "--log-level",
+                   "warning")
+    size = 20 << 20
+    make = f"import random, sys; sys.stdout.buffer.write(random.Random(7).randbytes({size}))"
+    try:
+        proc = subprocess.Popen([*EXEC, quick.url, "--", sys.executable, "-c", make],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL)
+        time.sleep(6)  # twelve ping intervals, and the session's TTL past the first two
+        out, err = proc.communicate(timeout=60)
+    finally:
+        log = quick.stop()
+    assert (proc.returncode, err) == (0, b""), err
+    assert len(out) == size
+    expected = hashlib.sha256(random.Random(7).randbytes(size)).hexdigest()
+    assert hashlib.sha256(out).hexdigest() == expected
+    assert "unanswered" not in log, log
+
+
+def test_timeout_terminates_the_remote_process_and_exits_124(server: Server) -> None:
+    tag = f"timed-out-{os.getpid()}"
+    began = time.monotonic()
+    done = run(server.url, "sh", "-c", f"echo started; sleep 60; # {tag}",
+               options=("--timeout", "1"))
+    took = time.monotonic() - began
+    assert (done.returncode, done.stdout, done.stderr) == (124, b"started\n", b""), done
+    assert 1 <= took < 10, took  # a second of its own, and the GIVE_UP bound at most beyond
+    assert _gone(tag), "the remote process was not terminated"
+
+
+def test_timeout_counts_the_connecting_too() -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"ws://127.0.0.1:{silent.getsockname()[1]}"
+        began = time.monotonic()
+        done = run(url, "true", options=("--timeout", "0.5"))
+    assert done.returncode == 124 and time.monotonic() - began < 8, done  # not 10 s
+
+
+def test_help_is_plain_words_and_describes_every_option() -> None:
+    done = subprocess.run([*EXEC, "--help"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0
+    assert "``" not in done.stdout and "`" not in done.stdout, done.stdout
+    for needed in ("--timeout", "~.", "124", "141", "255"):
+        assert needed in done.stdout, needed
+    from execproto.adapters import cli
+
+    parser = cli._parser().commands["exec"]
+    undescribed = [action.dest for action in parser._actions if not action.help]
+    assert undescribed == []
 
 
 def test_tty_forwards_keystrokes_raw_and_restores_the_terminal(server: Server) -> None:
@@ -292,12 +379,12 @@ def test_a_silent_peer_can_be_interrupted_while_connecting() -> None:
             assert proc.wait(5) == 128 + signal.SIGTERM  # well before the 10 s timeout
 
 
-def test_tty_takes_the_local_terminal_size_and_term(server: Server) -> None:
+def _sized_run(url: str) -> tuple[int, bytes, bytes]:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
     try:
         proc = subprocess.Popen(
-            [*EXEC, server.url, "--tty", "--", "sh", "-c", 'stty size; echo "$TERM"'],
+            [*EXEC, url, "--tty", "--", "sh", "-c", 'stty size; echo "$TERM"'],
             stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**os.environ, "TERM": "xterm-test"},
         )
@@ -305,5 +392,22 @@ def test_tty_takes_the_local_terminal_size_and_term(server: Server) -> None:
     finally:
         os.close(master)
         os.close(slave)
-    assert proc.returncode == 0, err
-    assert out == b"33 101\r\nxterm-test\r\n"
+    return proc.returncode, out, err
+
+
+def test_tty_takes_the_local_terminal_size_and_term(server: Server) -> None:
+    status, out, err = _sized_run(server.url)
+    assert status == 0, err
+    assert out == b"33 101\r\nxterm-test\r\n"  # the size went with the start
+
+
+@pytest.mark.skipif(REFERENCE is None, reason=WHY_MISSING)
+def test_tty_against_the_reference_sets_the_size_with_stty() -> None:
+    assert REFERENCE is not None
+    reference = Reference(REFERENCE)
+    try:
+        status, out, err = _sized_run(reference.url)
+    finally:
+        reference.stop()
+    assert status == 0, err
+    assert out == b"33 101\r\nxterm-test\r\n"  # no process/resize there: set by stty

@@ -19,6 +19,7 @@ from typing import IO, NoReturn
 
 from execproto import Config, replay
 from execproto._descriptors import PER_PROCESS, budget
+from execproto._trace import readable
 
 from . import _exec, _host, _logs, backends
 from ._errors import UsageError, leaves
@@ -315,11 +316,17 @@ def _replay(args: argparse.Namespace) -> int:
         log.debug("replay stopped", exc_info=True)
         raise UsageError(f"{args.trace} is not an execproto trace (line {line}: "
                          f"{type(exc).__name__}: {exc})") from None
+    if result.ok and result.cut_short:
+        print(f"ok: the last line was cut short (a crash while recording?); {result.steps} "
+              "steps replayed identically")
+        return 0
     if result.ok:
         print(f"ok: {result.steps} steps replayed identically")
         return 0
-    print(f"diverged at step {result.step}:\n  expected {result.expected}\n"
-          f"  actual   {result.actual}")
+    # The step that differed is the last line read.
+    print(f"diverged at step {result.step} (line {line}) on {readable(result.event)}:")
+    for text in result.diff():
+        print(f"  {text}")
     return 1
 
 

@@ -159,13 +159,28 @@ def error_text(exc: Exception) -> str:
 
 @attrs.frozen(kw_only=True)
 class ReplayResult:
-    """``ok`` when every step matched; otherwise the first step (1-based) that did not."""
+    """``ok`` when every step matched; otherwise the first step (1-based) that did not, with its
+    ``event`` and the ``expected`` (recorded) and ``actual`` (replayed) actions, as JSON.
+
+    ``cut_short``: the trace's last line was not whole (the recorder stopped mid-line: a crash,
+    a full disk); the ``steps`` before it were replayed."""
 
     ok: bool
     steps: int
     step: int | None = None
     expected: Any = None
     actual: Any = None
+    event: Any = None
+    cut_short: bool = False
+
+    def diff(self) -> list[str]:
+        """The divergence as a unified diff of the recorded and the replayed actions, one
+        action a line, bytes shown as bytes (a JSON-RPC message reads as its text)."""
+        import difflib  # only when there is a divergence to show
+
+        return list(difflib.unified_diff(
+            _action_lines(self.expected), _action_lines(self.actual),
+            "recorded", "replayed", lineterm="", n=3))
 
 
 def load_header(line: str) -> tuple[Config, Host]:
@@ -176,14 +191,48 @@ def load_header(line: str) -> tuple[Config, Host]:
     return Config(**fields), Host(**header["host"])
 
 
+def readable(value: Any) -> str:
+    """A JSON form of `to_json` in the shape of Python's reprs: ``Send(conn=1, data=b'...')``."""
+    if isinstance(value, dict):
+        if "$bytes" in value and len(value) == 1:
+            return repr(base64.b64decode(value["$bytes"]))
+        fields = ", ".join(f"{key}={readable(item)}" for key, item in value.items()
+                           if key != "$type")
+        if "$type" in value:
+            return f"{value['$type']}({fields})"
+        return "{" + ", ".join(f"{json.dumps(key)}: {readable(item)}"
+                               for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(readable(item) for item in value) + "]"
+    return json.dumps(value)
+
+
+def _action_lines(actions: Any) -> list[str]:
+    if isinstance(actions, dict) and set(actions) == {"error"}:  # the step raised
+        return [f"raised {actions['error']}"]
+    if isinstance(actions, list):
+        return [readable(action) for action in actions] or ["(no actions)"]
+    return [readable(actions)]
+
+
 def replay(lines: Iterable[str]) -> ReplayResult:
-    """Feed a recorded trace to a fresh core and compare its actions step by step."""
+    """Feed a recorded trace to a fresh core and compare its actions step by step.
+
+    A last line that is not JSON and has no newline is a step the recorder was cut off while
+    writing: what came before is replayed, and the result says ``cut_short``. A bad line
+    anywhere else raises (`ValueError`), as a header that is not a trace's does."""
     it = iter(line for line in lines if line.strip())
     config, host = load_header(next(it))
     core = ServerCore(config, host)
     steps = 0
-    for steps, line in enumerate(it, start=1):
-        step = json.loads(line)
+    for number, line in enumerate(it, start=1):
+        try:
+            step = json.loads(line)
+        except ValueError:
+            if line.endswith("\n") or next(it, None) is not None:
+                raise
+            return ReplayResult(ok=True, steps=steps, cut_short=True)
+        steps = number
         event = from_json(step["event"])
         try:
             actual: Any = json.loads(_dumps([to_json(a) for a in core.handle(event, step["t"])]))
@@ -191,5 +240,6 @@ def replay(lines: Iterable[str]) -> ReplayResult:
             actual = {"error": error_text(exc)}
         expected = step["actions"] if "actions" in step else {"error": step["error"]}
         if actual != expected:
-            return ReplayResult(ok=False, steps=steps, step=steps, expected=expected, actual=actual)
+            return ReplayResult(ok=False, steps=steps, step=steps, expected=expected,
+                                actual=actual, event=step["event"])
     return ReplayResult(ok=True, steps=steps)

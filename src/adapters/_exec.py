@@ -89,20 +89,26 @@ KEYS_BACKLOG = 1 << 20
 CTRL_C, TILDE, DOT, CR, LF = 3, ord("~"), ord("."), ord("\r"), ord("\n")
 
 DESCRIPTION = """\
-Run one command on an exec-server, like "ssh host cmd". The remote stdout and stderr come out
-here byte for byte, local stdin is forwarded when it is not a terminal, and exec exits with the
-command's exit code.
+Run one command on an exec-server, like "ssh host cmd". The remote stdout and
+stderr come out here byte for byte, local stdin is forwarded when it is not a
+terminal, and exec exits with the command's exit code.
 
-Ctrl-C interrupts the command, the third one terminates it; SIGTERM and SIGHUP terminate it.
-A dropped connection is resumed. With --tty the command runs under a pseudo-terminal and
-keystrokes go to it raw: "~." at the start of a line disconnects (and terminates the command),
-"~~" sends one "~", and a resized window is passed on when the server can.
+Ctrl-C interrupts the command, the third one terminates it; SIGTERM and SIGHUP
+terminate it. A dropped connection is resumed. With --tty the command runs
+under a pseudo-terminal and keystrokes go to it raw: "~." at the start of a
+line disconnects (and terminates the command), "~~" sends one "~", and a
+resized window is passed on when the server can.
 
-Exit status: the command's (128+N if it was killed by signal N); 1 the local stdout or stderr
-cannot be written; 2 a mistake on the command line; 124 --timeout ran out; 126 the program
-cannot be run; 127 it is missing; 128+N exec was ended by signal N (130 Ctrl-C, 129 SIGHUP,
-143 SIGTERM); 141 the local stdout was closed; 255 the server cannot be reached, refuses or
-closes the connection, loses the session or cannot start the command, or "~." was typed.
+Exit status:
+  the command's  its exit code (128+N when signal N killed it)
+  1              the local stdout or stderr cannot be written
+  2              a mistake on the command line
+  124            --timeout ran out (the command is terminated)
+  126, 127       the program cannot be run, or is missing
+  128+N          signal N ended exec: 130 Ctrl-C, 129 SIGHUP, 143 SIGTERM
+  141            the local stdout was closed (| head)
+  255            the server cannot be reached, refuses or closes the connection,
+                 loses the session or cannot start the command; or "~." was typed
 """
 
 

@@ -70,27 +70,62 @@ def add_logging(parser: argparse.ArgumentParser, default: str) -> None:
                              "(default %(default)s)")
 
 
-def _parser() -> _Parser:
-    parser = _Parser(prog="execproto", description=__doc__.split("\n\n")[0])
-    parser.commands = {}
-    parser.add_argument("--version", action="version", version=f"execproto {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True)
+DESCRIPTION = """\
+A server for the Codex exec-server protocol: it runs programs and reads and writes files for a
+remote client. serve runs one, exec runs a command on one, replay checks a recorded trace.
+"""
 
-    serve = commands.add_parser("serve", help="run an exec-server")
-    serve.add_argument("--listen", default="ws://127.0.0.1:0",
-                       help="ws://IP:PORT (port 0 picks one) or stdio; default %(default)s")
+SERVE = """\
+Serve the exec-server protocol on a websocket (ws://IP:PORT; the bound address is printed on
+stdout) or on stdin and stdout (--listen stdio: one JSON-RPC message a line, from a pipe or a
+file; when stdin ends, everything it asked is answered and the server stops).
+
+SIGTERM or Ctrl-C stops the server: every process it started is terminated first.
+"""
+
+REPLAY = """\
+Feed a trace written by serve --trace to a fresh server core and check that the core does,
+step for step, exactly what was recorded.
+
+Exit status: 0 every step matched (also when the last line was cut short by a crash while
+recording: the steps before it are checked); 1 a step differed (shown as a diff of the recorded
+and the replayed actions); 2 the file cannot be read or is not a trace.
+"""
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="execproto", description=DESCRIPTION,
+                     epilog="Each command has a --help of its own: execproto serve --help.",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.commands = {}
+    parser.add_argument("--version", action="version", version=f"execproto {_version()}",
+                        help="print the version and exit")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="command",
+                                     title="commands", help="one of")
+
+    serve = commands.add_parser("serve", help="run an exec-server", description=SERVE,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--listen", default="ws://127.0.0.1:0", metavar="ADDRESS",
+                       help="ws://IP:PORT (port 0 picks a free one) or stdio (default "
+                            "%(default)s)")
     serve.add_argument("--adapter", choices=list(ADAPTERS), default="asyncio",
                        help="the event loop to run on (default %(default)s)")
-    serve.add_argument("--auth-token-file", type=Path,
+    serve.add_argument("--auth-token-file", type=Path, metavar="FILE",
                        help="require 'Authorization: Bearer <token>' with the token in this file")
     serve.add_argument("--session-ttl", type=float, default=Config().session_ttl,
+                       metavar="SECONDS",
                        help="seconds a detached session may be resumed (default %(default)s)")
     serve.add_argument("--retention-bytes", type=int, default=Config().retention_bytes,
+                       metavar="BYTES",
                        help="newest output bytes kept per process (default %(default)s)")
     serve.add_argument("--kill-grace", type=float, default=Config().kill_grace,
+                       metavar="SECONDS",
                        help="seconds between TERM and KILL on terminate (default %(default)s)")
     serve.add_argument("--sandbox", choices=["none", "bwrap"], default="none",
-                       help="run each process inside bubblewrap (bwrap) or not (default)")
+                       help="bwrap: every process runs inside bubblewrap, reading everything "
+                            "and writing only the writable roots (a floor each request can "
+                            "only narrow); none: only the requests that ask for a sandbox get "
+                            "one (default %(default)s)")
     serve.add_argument("--writable-root", action="append", default=[], metavar="DIR",
                        help="with --sandbox bwrap: a directory processes may write; repeatable")
     serve.add_argument("--allow-network", action="store_true",
@@ -103,18 +138,22 @@ def _parser() -> _Parser:
                             "a file in the current directory)")
     serve.add_argument("--fs-root", action="append", default=[], metavar="DIR",
                        help="confine every fs/* path to DIR (after resolving symlinks); repeatable")
-    serve.add_argument("--ping-interval", type=float, default=30.0,
+    serve.add_argument("--ping-interval", type=float, default=30.0, metavar="SECONDS",
                        help="seconds between websocket pings (default %(default)s)")
     serve.add_argument("--handshake-timeout", type=float, default=Config().handshake_timeout,
+                       metavar="SECONDS",
                        help="seconds a connection gets to finish its websocket upgrade "
                             "(default %(default)s)")
     serve.add_argument("--max-connections", type=int, default=Config().max_connections,
                        metavar="N", help="connections served at once; past it a new one is "
                             "closed (default %(default)s)")
     serve.add_argument("--send-timeout", type=float, default=Config().send_timeout,
+                       metavar="SECONDS",
                        help="seconds a client may leave its answers unread before it is "
                             "disconnected (default %(default)s)")
-    serve.add_argument("--trace", type=Path, help="record a replayable trace to this file")
+    serve.add_argument("--trace", type=Path, metavar="FILE",
+                       help="record every step of the server's core to this new file, for "
+                            "execproto replay")
     serve.add_argument("--trace-redact", action="store_true",
                        help="with --trace: write process output, stdin and the server's secret "
                             "variables (*KEY*, *SECRET*, *TOKEN*) as same-length filler")
@@ -122,8 +161,10 @@ def _parser() -> _Parser:
 
     add_logging(_exec.add_parser(commands), "WARNING")
 
-    rerun = commands.add_parser("replay", help="replay a trace and report the first divergence")
-    rerun.add_argument("trace", type=Path)
+    rerun = commands.add_parser("replay", help="replay a trace and report the first divergence",
+                                description=REPLAY,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    rerun.add_argument("trace", type=Path, help="a file written by execproto serve --trace")
     add_logging(rerun, "WARNING")
     parser.commands = dict(commands.choices)
     return parser

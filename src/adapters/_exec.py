@@ -11,7 +11,7 @@ Exit statuses:
 
 - the remote exit code (128 + N when the remote process was killed by signal N);
 - 1 (LOCAL_OUTPUT): the local stdout or stderr cannot be written (``>/dev/full``); the remote
-  process is terminated;
+  process is terminated (1 is also the command line's status for a bug of exec's own);
 - 2: a mistake in the command line, or in what it names (a ``--cwd`` that is no directory on
   the server, text that is not UTF-8, a missing token file);
 - 124 (TIMED_OUT): ``--timeout`` ran out; the remote process is terminated, as timeout(1) does;
@@ -26,8 +26,9 @@ Signals:
 
 - SIGINT (Ctrl-C): the first two interrupt the remote process (SIGINT to its group), the third
   terminates it (130). While connecting or waiting to resume, the first ends exec at once (130).
-  Under ``--tty`` the terminal is raw, so Ctrl-C is a keystroke the remote terminal hears; while
-  waiting to resume, the third one typed gives up (130), and so does ``~.`` (255).
+  Under ``--tty`` the terminal is raw, so Ctrl-C is a keystroke the remote terminal hears (a
+  SIGINT from kill terminates, 130); while waiting to resume, the third one typed gives up
+  (130), and so does ``~.`` (255).
 - SIGTERM, SIGHUP: terminate the remote process; exec ends with 128 + N.
 - Whatever ends exec early (those, ``--timeout``, ``~.``) ends it within GIVE_UP (1 s), even
   when the server answers nothing (frozen, or a request still out).

@@ -17,6 +17,7 @@ import sys
 import termios
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -134,23 +135,23 @@ def test_typed_keys_give_up_while_reconnecting(keys: bytes, status: int, said: b
     assert err.startswith(said) and err.endswith(b"\r\n"), err
 
 
-def _tmux(socket_name: str, *args: str) -> str:
-    done = subprocess.run(["tmux", "-L", socket_name, "-f", "/dev/null", *args],
+def _tmux(socket_path: str, *args: str) -> str:
+    done = subprocess.run(["tmux", "-S", socket_path, "-f", "/dev/null", *args],
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
-def _pane_shows(socket_name: str, wanted: str, enter: bool = False, wait: float = 20) -> None:
+def _pane_shows(socket_path: str, wanted: str, enter: bool = False, wait: float = 20) -> None:
     """Wait until a line of the pane is ``wanted``; with ``enter``, press Enter every half
     second meanwhile (the resize reaches the remote terminal some time after the window's)."""
     deadline = time.monotonic() + wait
     pressed = 0.0
     while True:
         if enter and time.monotonic() - pressed > 0.5:
-            _tmux(socket_name, "send-keys", "-t", "exec", "Enter")
+            _tmux(socket_path, "send-keys", "-t", "exec", "Enter")
             pressed = time.monotonic()
-        screen = _tmux(socket_name, "capture-pane", "-p", "-t", "exec")
+        screen = _tmux(socket_path, "capture-pane", "-p", "-t", "exec")
         if wanted in (line.strip() for line in screen.split("\n")):
             return
         assert time.monotonic() < deadline, f"{wanted!r} never showed:\n{screen}"
@@ -158,24 +159,24 @@ def _pane_shows(socket_name: str, wanted: str, enter: bool = False, wait: float 
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-def test_a_resized_window_is_passed_on(server: Server) -> None:
+def test_a_resized_window_is_passed_on(server: Server, tmp_path: Path) -> None:
     """The remote terminal kept its start size for good: a TUI never redrew to the window."""
-    socket_name = f"execproto-test-{os.getpid()}"
+    socket_path = str(tmp_path / "tmux.sock")  # a tmux server of its own
     command = shlex.join([*EXEC, server.url, "--tty", "--", "sh", "-c",
                           "echo ready; while read line; do stty size; done"])
-    _tmux(socket_name, "new-session", "-d", "-s", "exec", "-x", "100", "-y", "30", command)
+    _tmux(socket_path, "new-session", "-d", "-s", "exec", "-x", "100", "-y", "30", command)
     try:
-        _tmux(socket_name, "set-option", "-t", "exec", "status", "off")
-        _pane_shows(socket_name, "ready")
+        _tmux(socket_path, "set-option", "-t", "exec", "status", "off")
+        _pane_shows(socket_path, "ready")
         sizes = []
         for width, height in ((100, 30), (120, 40), (61, 17)):
-            _tmux(socket_name, "resize-window", "-t", "exec", "-x", str(width), "-y",
+            _tmux(socket_path, "resize-window", "-t", "exec", "-x", str(width), "-y",
                   str(height))
-            shown = _tmux(socket_name, "display-message", "-p", "-t", "exec",
+            shown = _tmux(socket_path, "display-message", "-p", "-t", "exec",
                           "#{pane_height} #{pane_width}").strip()
             sizes.append(shown)
-            _pane_shows(socket_name, shown, enter=True)
+            _pane_shows(socket_path, shown, enter=True)
         assert sizes == ["30 100", "40 120", "17 61"]
     finally:
-        subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True,
+        subprocess.run(["tmux", "-S", socket_path, "kill-server"], capture_output=True,
                        timeout=20)

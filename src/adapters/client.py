@@ -55,21 +55,24 @@ from ._client_process import (
     SessionGone,
     _Waiter,
 )
-from ._wsclient import WebSocket
+from ._wsclient import HandshakeRefused, NotWebSocket, TLSFailed, WebSocket
 
 __all__ = [
     "Chunk",
-    "ClientBug",
     "Client",
-    "run",
+    "ClientBug",
     "ConnectionLost",
     "ExecError",
+    "HandshakeRefused",
+    "NotWebSocket",
     "Process",
     "RemoteError",
     "Result",
     "ServerClosed",
     "SessionGone",
+    "TLSFailed",
     "connect",
+    "run",
 ]
 
 log = logging.getLogger("execproto.client")

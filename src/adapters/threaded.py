@@ -421,7 +421,11 @@ def serve(
             return data
 
         def send(parts: list[bytes]) -> None:
-            send_all(partial(os.writev, stdout), parts)
+            try:
+                send_all(partial(os.writev, stdout), parts)
+            except OSError:
+                loop.post(stdio.lost)  # nothing more reaches stdout: no answer is waited for
+                raise
             loop.post(partial(stdio.sent, sum(map(len, parts))))
 
         conn = _Connection(loop, receive, send, close_stdio)

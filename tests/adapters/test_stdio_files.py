@@ -119,3 +119,17 @@ def test_a_last_line_without_its_newline_is_answered(adapter: str, tmp_path: Pat
         done = serve(adapter, stdin, subprocess.PIPE)
     assert done.returncode == 0, done.stderr.decode()
     check(done.stdout, tmp_path)
+
+
+@pytest.mark.parametrize("stdin_kind", ["file", "pipe"])
+def test_a_stdout_that_cannot_be_written_ends_the_server(adapter: str, tmp_path: Path,
+                                                          stdin_kind: str) -> None:
+    """/dev/full: no answer can be written, so none is waited for once stdin ends."""
+    (tmp_path / "requests.jsonl").write_bytes(requests(tmp_path))
+    with open("/dev/full", "wb") as full, open(tmp_path / "requests.jsonl", "rb") as stdin:
+        if stdin_kind == "file":
+            done = serve(adapter, stdin, full)
+        else:
+            done = serve(adapter, subprocess.PIPE, full, stdin.read())
+    assert "Traceback" not in done.stderr.decode(), done.stderr.decode()
+    assert done.returncode == 0, done.stderr.decode()

@@ -172,7 +172,9 @@ class DrainingStdioPeer(StdioPeer):
         self._say_ended()
 
     def _check(self) -> None:
-        if self._ended and not self._owed and self._unwritten <= 0:
+        # Closed or lost (a failed write, say), before stdin's end or after: nothing will come.
+        gone = not self.open or self.closing
+        if self._ended and (gone or (not self._owed and self._unwritten <= 0)):
             self._say_ended()
 
     def _say_ended(self) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from execproto.adapters import cli
 
-COMMANDS = [[], ["serve"], ["replay"]]  # exec's parser is its own, in _exec
+COMMANDS = [[], ["serve"], ["exec"], ["replay"]]
 
 # An entry of a help section: two spaces, then an option or a name, then (after two spaces or
 # more) its description, unless that starts on the next line.
@@ -62,7 +62,7 @@ def test_the_loose_parse_finds_an_option_without_words() -> None:
     assert undescribed(parser.format_help()) == ["--bare BARE"]
 
 
-@pytest.mark.parametrize("name", ["execproto", "serve", "replay"])
+@pytest.mark.parametrize("name", ["execproto", "serve", "exec", "replay"])
 def test_every_action_has_help(name: str) -> None:
     top = cli._parser()
     parser = top if name == "execproto" else top.commands[name]

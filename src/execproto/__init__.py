@@ -9,87 +9,123 @@ in the same style. Adapters that bind them to real processes and websockets live
 Error codes: `RpcError.code` and `Failure.code` are JSON-RPC codes, named here
 (`INVALID_REQUEST`, `INVALID_PARAMS`, `INTERNAL_ERROR`, `NOT_FOUND`, `SESSION_ATTACHED`, ...),
 or `CONNECTION_LOST` on the client side.
+
+Nothing is imported until it is first used (PEP 562): a server loads the server side, a client
+the client side, and ``import execproto`` alone costs next to nothing.
 """
 
-from ._client import ClientCore
-from ._client_events import (
-    CONNECTION_LOST,
-    ClientEvent,
-    Closed,
-    Exited,
-    Failure,
-    HandshakeFailed,
-    HttpBodyDelta,
-    Output,
-    OutputLost,
-    Ready,
-    Response,
-    ServerMisbehaved,
-    SessionLost,
-)
-from ._client_tracks import ClientState
-from ._config import Config, Host
-from ._env import EnvPolicy, child_environment
-from ._errors import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    NOT_FOUND,
-    PARSE_ERROR,
-    SESSION_ATTACHED,
-    LocalProtocolError,
-    RpcError,
-    UnsendableText,
-)
-from ._paths import path_from_uri, uri_from_path
-from ._policy import PathRule, Policy
-from ._server import ServerCore
-from ._trace import Recorder, ReplayResult, replay
-from .actions import (
-    Action,
-    CancelHttp,
-    CloseConnection,
-    CloseStdin,
-    Finalize,
-    FsRequest,
-    HttpRequest,
-    PauseOutput,
-    ResizeTerminal,
-    ResumeOutput,
-    RunFs,
-    RunHttp,
-    Send,
-    Signal,
-    Spawn,
-    SpawnSpec,
-    Unwatch,
-    WatchMissing,
-    WriteStdin,
-)
-from .events import (
-    ConnectionClosed,
-    ConnectionOpened,
-    Encoded,
-    Event,
-    FinalizeFailed,
-    FsCompleted,
-    HttpBodyReceived,
-    HttpFinished,
-    HttpResponded,
-    MessageReceived,
-    MissingChanged,
-    OutputReceived,
-    ProcessExited,
-    ProcessSpawned,
-    SendBlocked,
-    SendDrained,
-    Shutdown,
-    SpawnFailed,
-    StdinWritten,
-    StreamClosed,
-    Tick,
-)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what mypy and editors see; at run time, `__getattr__` below
+    from ._client import ClientCore as ClientCore
+    from ._client_events import CONNECTION_LOST as CONNECTION_LOST
+    from ._client_events import ClientEvent as ClientEvent
+    from ._client_events import Closed as Closed
+    from ._client_events import Exited as Exited
+    from ._client_events import Failure as Failure
+    from ._client_events import HandshakeFailed as HandshakeFailed
+    from ._client_events import HttpBodyDelta as HttpBodyDelta
+    from ._client_events import Output as Output
+    from ._client_events import OutputLost as OutputLost
+    from ._client_events import Ready as Ready
+    from ._client_events import Response as Response
+    from ._client_events import ServerMisbehaved as ServerMisbehaved
+    from ._client_events import SessionLost as SessionLost
+    from ._client_tracks import ClientState as ClientState
+    from ._config import Config as Config
+    from ._config import Host as Host
+    from ._env import EnvPolicy as EnvPolicy
+    from ._env import child_environment as child_environment
+    from ._errors import INTERNAL_ERROR as INTERNAL_ERROR
+    from ._errors import INVALID_PARAMS as INVALID_PARAMS
+    from ._errors import INVALID_REQUEST as INVALID_REQUEST
+    from ._errors import METHOD_NOT_FOUND as METHOD_NOT_FOUND
+    from ._errors import NOT_FOUND as NOT_FOUND
+    from ._errors import PARSE_ERROR as PARSE_ERROR
+    from ._errors import SESSION_ATTACHED as SESSION_ATTACHED
+    from ._errors import LocalProtocolError as LocalProtocolError
+    from ._errors import RpcError as RpcError
+    from ._errors import UnsendableText as UnsendableText
+    from ._paths import path_from_uri as path_from_uri
+    from ._paths import uri_from_path as uri_from_path
+    from ._policy import PathRule as PathRule
+    from ._policy import Policy as Policy
+    from ._server import ServerCore as ServerCore
+    from ._trace import Recorder as Recorder
+    from ._trace import ReplayResult as ReplayResult
+    from ._trace import replay as replay
+    from .actions import Action as Action
+    from .actions import CancelHttp as CancelHttp
+    from .actions import CloseConnection as CloseConnection
+    from .actions import CloseStdin as CloseStdin
+    from .actions import Finalize as Finalize
+    from .actions import FsRequest as FsRequest
+    from .actions import HttpRequest as HttpRequest
+    from .actions import PauseOutput as PauseOutput
+    from .actions import ResizeTerminal as ResizeTerminal
+    from .actions import ResumeOutput as ResumeOutput
+    from .actions import RunFs as RunFs
+    from .actions import RunHttp as RunHttp
+    from .actions import Send as Send
+    from .actions import Signal as Signal
+    from .actions import Spawn as Spawn
+    from .actions import SpawnSpec as SpawnSpec
+    from .actions import Unwatch as Unwatch
+    from .actions import WatchMissing as WatchMissing
+    from .actions import WriteStdin as WriteStdin
+    from .events import ConnectionClosed as ConnectionClosed
+    from .events import ConnectionOpened as ConnectionOpened
+    from .events import Encoded as Encoded
+    from .events import Event as Event
+    from .events import FinalizeFailed as FinalizeFailed
+    from .events import FsCompleted as FsCompleted
+    from .events import HttpBodyReceived as HttpBodyReceived
+    from .events import HttpFinished as HttpFinished
+    from .events import HttpResponded as HttpResponded
+    from .events import MessageReceived as MessageReceived
+    from .events import MissingChanged as MissingChanged
+    from .events import OutputReceived as OutputReceived
+    from .events import ProcessExited as ProcessExited
+    from .events import ProcessSpawned as ProcessSpawned
+    from .events import SendBlocked as SendBlocked
+    from .events import SendDrained as SendDrained
+    from .events import Shutdown as Shutdown
+    from .events import SpawnFailed as SpawnFailed
+    from .events import StdinWritten as StdinWritten
+    from .events import StreamClosed as StreamClosed
+    from .events import Tick as Tick
+
+# Each public name -> the submodule that defines it.
+_WHERE = {name: module for module, names in {
+    "._client": ("ClientCore",),
+    "._client_events": ("CONNECTION_LOST", "ClientEvent", "Closed", "Exited", "Failure",
+                        "HandshakeFailed", "HttpBodyDelta", "Output", "OutputLost", "Ready",
+                        "Response", "ServerMisbehaved", "SessionLost"),
+    "._client_tracks": ("ClientState",),
+    "._config": ("Config", "Host"),
+    "._env": ("EnvPolicy", "child_environment"),
+    "._errors": ("INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND",
+                 "NOT_FOUND", "PARSE_ERROR", "SESSION_ATTACHED", "LocalProtocolError",
+                 "UnsendableText", "RpcError"),
+    "._paths": ("path_from_uri", "uri_from_path"),
+    "._policy": ("PathRule", "Policy"),
+    "._server": ("ServerCore",),
+    "._trace": ("Recorder", "ReplayResult", "replay"),
+    ".actions": ("Action", "CancelHttp", "CloseConnection", "CloseStdin", "Finalize", "FsRequest",
+                 "HttpRequest", "PauseOutput", "ResizeTerminal", "ResumeOutput", "RunFs",
+                 "RunHttp", "Send", "Signal", "Spawn", "SpawnSpec", "Unwatch", "WatchMissing",
+                 "WriteStdin"),
+    ".events": ("ConnectionClosed", "ConnectionOpened", "Encoded", "Event", "FinalizeFailed",
+                "FsCompleted", "HttpBodyReceived", "HttpFinished", "HttpResponded",
+                "MessageReceived", "MissingChanged", "OutputReceived", "ProcessExited",
+                "ProcessSpawned", "SendBlocked", "SendDrained", "Shutdown", "SpawnFailed",
+                "StdinWritten", "StreamClosed", "Tick"),
+}.items() for name in names}
+# The public submodules, as `execproto.actions` was an attribute once anything was imported.
+_SUBMODULES = ("actions", "events")
 
 __all__ = [
     "CONNECTION_LOST",
@@ -170,3 +206,17 @@ __all__ = [
     "replay",
     "uri_from_path",
 ]
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return import_module(f".{name}", __name__)
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value  # found once: from now on a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_SUBMODULES})

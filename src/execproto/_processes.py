@@ -304,6 +304,7 @@ class ProcessHandlers(CoreState):
         if process is None:
             return
         process.step(Input.SPAWNED)
+        self.stats.process_spawned(process.proc, self._now)
         c = self._start_conn(process)
         if c is not None:
             self._respond(
@@ -331,6 +332,7 @@ class ProcessHandlers(CoreState):
         for read in list(process.readers.values()):
             self._cancel_read(read)
             self._fail(read.conn, read.id, unknown_process(process.process_id))
+        self.stats.process_finished(process.proc, "spawn_failed", self._now)
         self._emit(Finalize(proc=process.proc, status="failed", exit_code=None, timed_out=False))
 
     def _on_output(self, event: OutputReceived) -> None:
@@ -340,6 +342,7 @@ class ProcessHandlers(CoreState):
         if process is None:
             return
         data = process.output(event.stream, event.data)
+        self.stats.output_bytes += len(event.data)
         conn = process.session.conn
         if conn is not None and data is not None:
             self._actions.append(Send(conn=conn, data=data))
@@ -480,6 +483,9 @@ class ProcessHandlers(CoreState):
             self._sync_held()
 
     def _finalize(self, process: Process) -> None:
+        result = ("timed_out" if process.timed_out
+                  else "success" if process.exit_code == 0 else "failure")
+        self.stats.process_finished(process.proc, result, self._now)
         self._emit(
             Finalize(
                 proc=process.proc,

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from . import _fs_params, _host_params, _jsonrpc, _params
+from . import _descriptors, _fs_params, _host_params, _jsonrpc, _params
 from ._config import Config, Host
 from ._errors import (
     INTERNAL_ERROR,
@@ -27,6 +27,7 @@ from ._lifecycle import SESSION_EVENTS, Do, SessionInput, Timer, may_hold
 from ._processes import ProcessHandlers
 from ._services import parse_fs, parse_http
 from ._session import Connection, Handshake, Session
+from ._stats import Stats
 from ._watches import WatchHandlers
 from .actions import Action, CloseConnection, FsRequest
 from .events import (
@@ -98,6 +99,14 @@ GOING_AWAY = 1001
 TRY_AGAIN_LATER = 1013
 POLICY_VIOLATION = 1008
 MESSAGE_TOO_BIG = 1009
+# What the metrics call the connections the server closed, by close code.
+CLOSE_NAMES = {
+    PROTOCOL_ERROR: "protocol_error",
+    GOING_AWAY: "going_away",
+    TRY_AGAIN_LATER: "try_again_later",
+    POLICY_VIOLATION: "policy_violation",
+    MESSAGE_TOO_BIG: "message_too_big",
+}
 # Bytes a message may have before the connection's initialize: its own is a few hundred.
 MAX_BEFORE_INITIALIZE = 64 << 10
 
@@ -169,6 +178,8 @@ class ServerCore(ProcessHandlers, WatchHandlers):
                 "capability discovery", "capabilityRoots/discoverV1", _host_params.discover_v1,
                 self._fs_run),
         }
+        # Counted by method (these, initialize, or "other"): see `_stats`.
+        self.stats = Stats(frozenset(self._methods) | {"initialize"})
         # What to do when a deadline passes, called with the subject of its key.
         self._timer_handlers: dict[Timer, Callable[..., None]] = {
             Timer.READ: self._on_read_due,
@@ -250,6 +261,24 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         """The exception that stopped the core, or None while it runs (see `handle`)."""
         return self._error
 
+    def gauges(self) -> dict[str, float]:
+        """What the server holds now, for an operator's metrics (with `stats`, the counts).
+        Each collection is copied in one step, so another thread may call this between
+        events (the GIL makes each copy whole)."""
+        sessions = list(self._sessions.values())
+        attached = len([s for s in sessions if s.conn is not None])
+        handles = sum(len(c.fs_handles) for c in list(self._conns.values()))
+        return {
+            "connections": len(self._conns),
+            "processes": len(self._procs),
+            "sessions_attached": attached,
+            "sessions_detached": len(sessions) - attached,
+            "held_bytes": self._held_bytes,
+            "stdin_backlog_bytes": self._stdin_total,
+            "descriptors_in_use": _descriptors.PER_PROCESS * len(self._procs) + handles,
+            "descriptor_budget": self._descriptor_budget or 0,
+        }
+
     @property
     def idle(self) -> bool:
         """No process is spawned or starting that has not been finalized."""
@@ -262,6 +291,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             raise LocalProtocolError(f"connection {event.conn} is already open")
         c = Connection(event.conn, event.session_id, event.label, self._now)
         self._conns[event.conn] = c
+        self.stats.connection_opened(c.conn)
         if self._shutting_down:
             self._close_connection(c, "server shutting down", GOING_AWAY)
         elif not self._room_for(c):
@@ -309,6 +339,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             session.conn = None
             self._carry_out_session(session, SESSION_EVENTS[SessionInput.DETACHED])
         del self._conns[event.conn]
+        self.stats.connection_closed(event.conn)
 
     def _on_message(self, event: MessageReceived) -> None:
         c = self._connection(event.conn)
@@ -332,6 +363,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         elif message.id is None:
             self._on_notification(c, message.method)
         else:
+            self.stats.request(c.conn, message.id, message.method, self._now)
             try:
                 self._on_request(c, message.id, message.method, message.params)
             except RpcError as error:
@@ -375,6 +407,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
 
     def _close_connection(self, c: Connection, reason: str, code: int = PROTOCOL_ERROR) -> None:
         c.closing = True
+        self.stats.refusal(CLOSE_NAMES.get(code, str(code)))
         self._emit(CloseConnection(conn=c.conn, code=code, reason=reason))
 
     def _initialize(self, c: Connection, msg_id: Id, p: _params.InitializeParams) -> None:

@@ -15,11 +15,14 @@ from ._jsonrpc import Id, encode_error, encode_notification, encode_result
 from ._lifecycle import Timer
 from ._process import Process
 from ._session import Connection, Session
+from ._stats import Stats
 from ._timers import Timers
 from .actions import Action, Send
 
 
 class CoreState:
+    stats: Stats
+
     def __init__(self, config: Config, host: Host) -> None:
         self.config = config
         self.host = host
@@ -55,9 +58,11 @@ class CoreState:
         self._actions.append(action)
 
     def _respond(self, conn: int, msg_id: Id, result: Any) -> None:
+        self.stats.answered(conn, msg_id, True, self._now)
         self._actions.append(Send(conn=conn, data=encode_result(msg_id, result)))
 
     def _fail(self, conn: int, msg_id: Id, error: RpcError) -> None:
+        self.stats.answered(conn, msg_id, False, self._now)
         self._actions.append(Send(conn=conn, data=encode_error(msg_id, error)))
 
     def _notify(self, session: Session, method: str, params: Any) -> None:

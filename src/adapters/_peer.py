@@ -27,6 +27,7 @@ from execproto import (
     SendDrained,
 )
 
+from . import _metrics
 from ._ws import ServerSocket, text_frame_header
 
 if TYPE_CHECKING:
@@ -254,7 +255,7 @@ class WsPeer(Peer):
         self._send_timeout = gate.send_timeout
         self._stuck_since: Callable[[], None] | None = None  # cancels the send timeout
         self._unanswered = 0  # our pings since the last pong
-        self._socket = ServerSocket(token=token)
+        self._socket = ServerSocket(token=token, metrics=lambda: _metrics.render(driver.core))
         self._label = label
         self._gate: Gate | None = gate  # until the upgrade is done or the connection gone
         self.refusing = False  # a wrong token's answer is waiting for AUTH_DELAY

@@ -1,7 +1,8 @@
 """WebSocket server glue over wsproto, with no I/O: bytes in, messages and bytes out.
 
-The upgrade request is screened with h11 before wsproto sees it: ``GET /readyz`` answers 200,
-a browser (an ``Origin`` header) gets 403, a missing or wrong bearer token 401. Only then are the
+The upgrade request is screened with h11 before wsproto sees it: ``GET /readyz`` and
+``GET /livez`` answer 200, a browser (an ``Origin`` header) gets 403, a missing or wrong bearer
+token 401, ``GET /metrics`` (behind the token) the server's metrics. Only then are the
 buffered bytes handed to wsproto. Outgoing text frames are built here directly: a server frame
 is a two-to-ten byte header and the payload unmasked, and building it ourselves means a large
 payload is never decoded to ``str`` and encoded back.
@@ -10,6 +11,7 @@ payload is never decoded to ``str`` and encoded back.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -60,7 +62,15 @@ class Received:
     delayed: bool = False
 
 
-def _response(status: int, reason: bytes, body: bytes) -> bytes:
+# Probes any orchestrator may send, with no token: the process answers (/livez), it takes
+# connections (/readyz).
+PROBES = (b"/readyz", b"/livez")
+METRICS = b"/metrics"
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
+
+
+def _response(status: int, reason: bytes, body: bytes, content_type: str = "text/plain"
+              ) -> bytes:
     conn = h11.Connection(h11.SERVER)
     # h11 must see a request before it will write a response; give it a placeholder.
     conn.receive_data(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -69,7 +79,7 @@ def _response(status: int, reason: bytes, body: bytes) -> bytes:
         status_code=status,
         reason=reason,
         headers=[
-            ("content-type", "text/plain"),
+            ("content-type", content_type),
             ("content-length", str(len(body))),
             ("connection", "close"),
         ],
@@ -80,8 +90,11 @@ def _response(status: int, reason: bytes, body: bytes) -> bytes:
 class ServerSocket:
     """One accepted connection, from the first byte of its HTTP request to the close."""
 
-    def __init__(self, token: str | None = None, max_message: int = MAX_MESSAGE) -> None:
+    def __init__(self, token: str | None = None, max_message: int = MAX_MESSAGE,
+                 metrics: Callable[[], bytes] | None = None) -> None:
+        """``metrics``: what ``GET /metrics`` answers (made at each scrape), if any."""
         self._token = token
+        self._metrics = metrics
         self._max_message = max_message
         self._http: h11.Connection | None = h11.Connection(h11.SERVER)
         self._buffered = bytearray()  # the request's bytes, replayed to wsproto once screened
@@ -134,7 +147,8 @@ class ServerSocket:
         if not isinstance(event, h11.Request):
             return self._refuse(out, 400, b"Bad Request", b"malformed request\n", "bad request")
         headers = {name.lower(): value for name, value in event.headers}
-        if event.target.split(b"?")[0] == b"/readyz":
+        path = event.target.split(b"?")[0]
+        if path in PROBES:
             return self._refuse(out, 200, b"OK", b"ok\n")
         if b"origin" in headers:
             return self._refuse(out, 403, b"Forbidden", b"browser origins are refused\n",
@@ -146,6 +160,10 @@ class ServerSocket:
                 self._refuse(out, 401, b"Unauthorized", b"missing or wrong bearer token\n", why)
                 out.delayed = header is not None
                 return None
+        if path == METRICS and self._metrics is not None:
+            out.send += _response(200, b"OK", self._metrics(), METRICS_TYPE)
+            self.closed = out.closed = True
+            return None
         self._http = None
         self._ws = WSConnection(ConnectionType.SERVER)
         buffered, self._buffered = bytes(self._buffered), bytearray()

@@ -860,6 +860,17 @@ def _shutdown(w: World, k: int) -> list[Event]:
 
 if Shutdown is not None:
     RESOLVE["shutdown"] = _shutdown
+# A drain before it: as rare, and the processes go on.
+Drain: type | None = getattr(execproto, "Drain", None)
+
+
+def _drain(w: World, k: int) -> list[Event]:
+    assert Drain is not None
+    return [Drain()] if k < 16 else []
+
+
+if Drain is not None:
+    RESOLVE["drain"] = _drain
 
 returncodes = st.sampled_from(
     [0, 1, 2, 127, 255, -2, -9, -15, -64, 2**31, -(2**31), 2**63]
@@ -974,6 +985,8 @@ STEPS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
 }
 if Shutdown is not None:
     STEPS["shutdown"] = _step("shutdown", HANDLE)
+if Drain is not None:
+    STEPS["drain"] = _step("drain", HANDLE)
 # Client messages and process events are where the state is; weight them up.
 _WEIGHTS = {"message": 5, "spawned": 2, "output": 2, "finish": 2, "fs_done": 2, "http_responded": 2}
 any_step = st.one_of([STEPS[k] for k in STEPS for _ in range(_WEIGHTS.get(k, 1))])

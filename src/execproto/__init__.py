@@ -78,6 +78,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time, `__getattr__` below
     from .actions import WriteStdin as WriteStdin
     from .events import ConnectionClosed as ConnectionClosed
     from .events import ConnectionOpened as ConnectionOpened
+    from .events import Drain as Drain
     from .events import Encoded as Encoded
     from .events import Event as Event
     from .events import FinalizeFailed as FinalizeFailed
@@ -118,11 +119,11 @@ _WHERE = {name: module for module, names in {
                  "HttpRequest", "PauseOutput", "ResizeTerminal", "ResumeOutput", "RunFs",
                  "RunHttp", "Send", "Signal", "Spawn", "SpawnSpec", "Unwatch", "WatchMissing",
                  "WriteStdin"),
-    ".events": ("ConnectionClosed", "ConnectionOpened", "Encoded", "Event", "FinalizeFailed",
-                "FsCompleted", "HttpBodyReceived", "HttpFinished", "HttpResponded",
-                "MessageReceived", "MissingChanged", "OutputReceived", "ProcessExited",
-                "ProcessSpawned", "SendBlocked", "SendDrained", "Shutdown", "SpawnFailed",
-                "StdinWritten", "StreamClosed", "Tick"),
+    ".events": ("ConnectionClosed", "ConnectionOpened", "Drain", "Encoded", "Event",
+                "FinalizeFailed", "FsCompleted", "HttpBodyReceived", "HttpFinished",
+                "HttpResponded", "MessageReceived", "MissingChanged", "OutputReceived",
+                "ProcessExited", "ProcessSpawned", "SendBlocked", "SendDrained", "Shutdown",
+                "SpawnFailed", "StdinWritten", "StreamClosed", "Tick"),
 }.items() for name in names}
 # The public submodules, as `execproto.actions` was an attribute once anything was imported.
 _SUBMODULES = ("actions", "events")
@@ -147,6 +148,7 @@ __all__ = [
     "Config",
     "ConnectionClosed",
     "ConnectionOpened",
+    "Drain",
     "Encoded",
     "EnvPolicy",
     "Event",

@@ -78,6 +78,9 @@ class ProcessHandlers(CoreState):
     def _process_start(
         self, c: Connection, session: Session, msg_id: Id, p: _params.StartParams
     ) -> None:
+        if self._draining:
+            raise invalid_request("the server is draining before it stops: it starts no new "
+                                  "processes (those running go on until they finish)")
         if p.process_id in session.processes:
             raise invalid_request(f"process {p.process_id} already exists")
         self._check_process_limits(session)

@@ -33,6 +33,7 @@ from .actions import Action, CloseConnection, FsRequest
 from .events import (
     ConnectionClosed,
     ConnectionOpened,
+    Drain,
     Event,
     FinalizeFailed,
     FsCompleted,
@@ -150,6 +151,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             HttpBodyReceived: self._on_http_body,
             HttpFinished: self._on_http_finished,
             Shutdown: self._on_shutdown,
+            Drain: self._on_drain,
             Tick: self._on_tick,
         }
         self._methods: dict[str, Method] = {
@@ -294,6 +296,8 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         self.stats.connection_opened(c.conn)
         if self._shutting_down:
             self._close_connection(c, "server shutting down", GOING_AWAY)
+        elif self._draining:
+            self._close_connection(c, "server draining: it takes no new connections", GOING_AWAY)
         elif not self._room_for(c):
             reason = f"too many connections: at most {self.config.max_connections}"
             self._close_connection(c, reason, TRY_AGAIN_LATER)
@@ -318,6 +322,14 @@ class ServerCore(ProcessHandlers, WatchHandlers):
                     "this one sent no initialize", TRY_AGAIN_LATER)
                 return True
         return False
+
+    def _on_drain(self, event: Drain) -> None:
+        self._draining = True
+
+    @property
+    def draining(self) -> bool:
+        """Whether a `Drain` (or `Shutdown`) came: no new processes or connections."""
+        return self._draining or self._shutting_down
 
     def _on_shutdown(self, event: Shutdown) -> None:
         self._shutting_down = True

@@ -48,6 +48,8 @@ class CoreState:
         self._stdin_total = 0
         # What processes and open fs handles may hold together (see _descriptors).
         self._descriptor_budget = _descriptors.budget(config, host.descriptor_limit)
+        # A Drain came: no new processes (`process/start` is refused) or connections.
+        self._draining = False
         self._next_proc = 1
         self._next_op = 1
         self._next_token = 1

@@ -21,6 +21,7 @@ __all__ = [
     "Encoded",
     "ConnectionClosed",
     "ConnectionOpened",
+    "Drain",
     "Event",
     "FinalizeFailed",
     "FsCompleted",
@@ -231,6 +232,14 @@ class HttpFinished(Event):
 
     op: int
     error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Drain(Event):
+    """The server is going to stop (an orchestrator's SIGTERM): it starts no new process and
+    takes no new connection, and goes on serving those it has, so running processes can finish
+    and their output be read. `Shutdown` ends it, once `ServerCore.idle` or when the adapter's
+    grace runs out."""
 
 
 @attrs.frozen(kw_only=True)

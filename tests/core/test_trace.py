@@ -15,6 +15,7 @@ from execproto import (
     Config,
     ConnectionClosed,
     ConnectionOpened,
+    Drain,
     Encoded,
     Finalize,
     FinalizeFailed,
@@ -384,6 +385,7 @@ EVENT_SAMPLES: list[Any] = [
     HttpFinished(op=14, error="reset"),
     FinalizeFailed(proc=9, error="hook failed"),
     Shutdown(),
+    Drain(),
     Tick(),
 ]
 

@@ -9,14 +9,19 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Reinstall when the project metadata changes; the package itself is editable.
+# Reinstall when the project metadata changes; the package itself is editable. Serving needs
+# only the package's own dependencies; the tests add their tools and trio.
+$(VENV)/.serving: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,trio]'
-	touch $@
+	touch $(VENV)/.serving $@
 
 # Loopback only; set LISTEN=ws://127.0.0.1:PORT to choose the port.
 LISTEN ?= ws://127.0.0.1:8765
-serve: $(VENV)/.installed
+serve: $(VENV)/.serving
 	$(BIN)/execproto serve --listen $(LISTEN)
 
 # The core's checks (CPU-bound) and the live suite (mostly waiting on processes, sockets and

@@ -16,7 +16,6 @@ the client side, and ``import execproto`` alone costs next to nothing.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what mypy and editors see; at run time, `__getattr__` below
@@ -211,13 +210,19 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
-        return import_module(f".{name}", __name__)
+        return _load(f".{name}")
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
+    value = getattr(_load(module), name)
     globals()[name] = value  # found once: from now on a plain global
     return value
+
+
+def _load(relative: str) -> Any:
+    # The import statement's own path (importlib.import_module is another, which
+    # `python -X importtime` does not report).
+    return __import__(__name__ + relative, fromlist=["*"])
 
 
 def __dir__() -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -49,7 +50,9 @@ class ExecSpec:
 class Backend(Protocol):
     # What a process that ran with a sandbox reports as `sandboxType`: one of SANDBOX_TYPES,
     # "none" if this backend enforces no sandbox (then the core refuses requests for one).
-    sandbox_type: str
+    # A plain attribute will do, or a property.
+    @property
+    def sandbox_type(self) -> str: ...
 
     def prepare(self, request: SpawnSpec) -> ExecSpec: ...
 
@@ -72,24 +75,55 @@ class LocalBackend:
     the network gets a network namespace of its own through ``pasta`` (passt's, found on PATH
     by default; None: such a sandbox is refused), not the host's loopback, unless
     ``host_network`` shares the host's network with it.
+
+    The probe of bubblewrap runs it once (~40 ms), on a thread of its own: a server's start
+    goes on meanwhile (importing its event loop), and what needs the answer (`sandbox_type`,
+    `problem`, `warnings`, `prepare`) waits for it.
     """
 
     def __init__(self, floor: Policy | None = None, bwrap: str | None = "",
                  host_network: bool = False, pasta: str | None = "") -> None:
         # Why no sandbox can be enforced here, for the operator (None: one can).
-        self.problem: str | None = None
+        self._problem: str | None = None
+        self._found: str | None = bwrap or None
+        self._probe: threading.Thread | None = None
+        self._probe_failed: BaseException | None = None
         if bwrap == "":
-            found = shutil.which("bwrap")
-            self.problem = ("bubblewrap (bwrap) is not installed" if found is None
-                            else _bwrap.problem(found))
-            bwrap = found if self.problem is None else None
-        self._bwrap = bwrap
+            self._probe = threading.Thread(target=self._find_bwrap, daemon=True,
+                                           name="execproto-bwrap-probe")
+            self._probe.start()
         self._pasta = _usable_pasta() if pasta == "" else pasta
         self._host_network = host_network
         self.floor = floor
-        self.sandbox_type = "linuxSeccomp" if bwrap is not None else "none"
         # Placeholder directories bwrap made on the host, by how many live sandboxes use them.
         self._placeholders: Counter[str] = Counter()
+
+    def _find_bwrap(self) -> None:
+        try:
+            found = shutil.which("bwrap")
+            self._problem = ("bubblewrap (bwrap) is not installed" if found is None
+                             else _bwrap.problem(found))
+            self._found = found if self._problem is None else None
+        except BaseException as exc:  # raised again where the answer is wanted
+            self._probe_failed = exc
+
+    @property
+    def _bwrap(self) -> str | None:
+        """The bubblewrap to sandbox with, once the probe has said (None: none can)."""
+        if self._probe is not None:
+            self._probe.join()
+            self._probe = None
+            if self._probe_failed is not None:
+                raise self._probe_failed
+        return self._found
+
+    @property
+    def problem(self) -> str | None:
+        return self._problem if self._bwrap is None else None
+
+    @property
+    def sandbox_type(self) -> str:
+        return "linuxSeccomp" if self._bwrap is not None else "none"
 
     def warnings(self) -> list[str]:
         """What the operator should hear at start-up about what cannot be enforced here."""

@@ -2,6 +2,10 @@
 
 A mistake of the user's (a flag, a file, a port) is one line on stderr and exit status 2,
 raised as `UsageError`; a traceback means a bug, and is shown with ``--log-level debug``.
+
+Each command imports what it needs when it runs (the client for exec, the backends and the
+event loop for serve, the replayer for replay), and only the parser of the command given is
+built in full: a server's start, measured by bench/cold_start.py, pays for nothing else.
 """
 
 from __future__ import annotations
@@ -12,19 +16,18 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Iterable, Iterator
-from importlib import metadata
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from execproto import Config, replay
-from execproto._descriptors import PER_PROCESS, budget
-from execproto._trace import readable
+from execproto import Config
 
-from . import _exec, _host, _logs, backends
+from . import _logs
 from ._errors import UsageError, leaves
-from ._listen import Listen, ListenError
-from .backends import Backend
+
+if TYPE_CHECKING:
+    from ._listen import Listen
+    from .backends import Backend
 
 # --adapter name -> module (relative to this package) with a `run(listen, **options)`.
 ADAPTERS = {"asyncio": ".asyncio", "trio": ".trio", "threads": ".threaded"}
@@ -54,10 +57,25 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
+    from importlib import metadata  # slow to import (~20 ms), and only --version asks
+
     try:
         return metadata.version("execproto")
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
+
+
+class _VersionAction(argparse.Action):
+    """argparse's ``version`` action, with the version looked up only when it is asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"execproto {_version()}")
+        parser.exit()
 
 
 def add_logging(parser: argparse.ArgumentParser, default: str) -> None:
@@ -93,13 +111,18 @@ and the replayed actions); 2 the file cannot be read or is not a trace.
 """
 
 
-def _parser() -> _Parser:
+# exec's line in ``execproto --help`` when its parser is not built (the same as _exec's).
+EXEC_HELP = "run a command on an exec-server"
+
+
+def _parser(exec_options: bool = True) -> _Parser:
+    """The command line's parser. Without ``exec_options`` the exec command is only a name and
+    its line of help: its options are the client's, and would load it."""
     parser = _Parser(prog="execproto", description=DESCRIPTION,
                      epilog="Each command has a --help of its own: execproto serve --help.",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.commands = {}
-    parser.add_argument("--version", action="version", version=f"execproto {_version()}",
-                        help="print the version and exit")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command",
                                      title="commands", help="one of")
 
@@ -159,7 +182,12 @@ def _parser() -> _Parser:
                             "variables (*KEY*, *SECRET*, *TOKEN*) as same-length filler")
     add_logging(serve, "INFO")
 
-    add_logging(_exec.add_parser(commands), "WARNING")
+    if exec_options:
+        from . import _exec
+
+        add_logging(_exec.add_parser(commands), "WARNING")
+    else:
+        commands.add_parser("exec", help=EXEC_HELP, add_help=False)
 
     rerun = commands.add_parser("replay", help="replay a trace and report the first divergence",
                                 description=REPLAY,
@@ -189,6 +217,8 @@ def _why(exc: BaseException) -> str:
 
 
 def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None]:
+    from ._listen import Listen, ListenError
+
     try:
         where = Listen.parse(args.listen)
     except ListenError as exc:
@@ -246,6 +276,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"the {args.adapter} adapter needs {exc.name}: "
                          f"pip install 'execproto[{args.adapter}]'") from None
+    _warn(backend)
     trace_file = _open_trace(args.trace) if args.trace else None
     try:
         adapter.run(
@@ -277,6 +308,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _fit_descriptors(config: Config) -> None:
     """Raise the descriptor limit to what the limits need, and say so when it stays short."""
+    from execproto._descriptors import PER_PROCESS, budget
+
+    from . import _host
+
     limit = _host.raise_descriptor_limit()
     room = budget(config, limit)
     if room is not None and room < PER_PROCESS * config.max_processes:
@@ -305,6 +340,8 @@ def _listen_problem(exc: BaseException) -> str | None:
 
 
 def _backend(args: argparse.Namespace) -> Backend | None:
+    from . import backends
+
     if args.backend and (args.sandbox != "none" or args.host_network):
         raise UsageError("--backend and --sandbox (or --host-network) are alternatives: give one")
     if args.backend:
@@ -316,15 +353,31 @@ def _backend(args: argparse.Namespace) -> Backend | None:
         raise UsageError("--writable-root and --allow-network need --sandbox bwrap")
     else:
         backend = backends.LocalBackend(host_network=args.host_network)
-    for warning in backend.warnings():
-        log.warning("%s", warning)
     return backend
+
+
+def _warn(backend: Backend | None) -> None:
+    """Say what the backend cannot enforce here. The default backend's probe of bubblewrap,
+    started when it was made, is waited for here: after the event loop's imports."""
+    from . import backends
+
+    if not isinstance(backend, backends.LocalBackend):
+        return
+    try:
+        warnings = backend.warnings()
+    except Exception as exc:  # the probe failed in a way of its own (a bug, or the host)
+        log.debug("the backend could not be made", exc_info=True)
+        raise UsageError(str(exc)) from None
+    for warning in warnings:
+        log.warning("%s", warning)
 
 
 def _load_backend(spec: str) -> Backend:
     # The installed `execproto` script does not put the current directory on sys.path, as
     # `python -m` does; a backend module next to the operator is the common case. Appended, so
     # a file here cannot shadow an installed module.
+    from . import backends
+
     here = os.getcwd()
     if here not in sys.path:
         sys.path.append(here)
@@ -338,6 +391,9 @@ def _load_backend(spec: str) -> Backend:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from execproto import replay
+    from execproto._trace import readable
+
     line = 0
 
     def counted(lines: Iterable[str]) -> Iterator[str]:
@@ -371,7 +427,35 @@ def _replay(args: argparse.Namespace) -> int:
     return 1
 
 
-COMMANDS = {"serve": _serve, "exec": _exec.run, "replay": _replay}
+def _exec_command(args: argparse.Namespace) -> int:
+    from . import _exec
+
+    return _exec.run(args)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "serve": _serve, "exec": _exec_command, "replay": _replay,
+}
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The command ``argv`` names (its first word that is no option), if any."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+# What each command imports before it runs (serve's event loop waits for --adapter).
+NEEDS = {
+    "serve": ("._listen", ".backends", "._host", "execproto._descriptors"),
+    "exec": ("._exec",),
+    "replay": ("execproto._trace",),
+}
+
+
+def load(argv: list[str]) -> None:
+    """Import what the command ``argv`` names needs: `_entry` does it while a Ctrl-C still ends
+    the process quietly."""
+    for module in NEEDS.get(_command_in(argv) or "", ()):
+        importlib.import_module(module, __package__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -381,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["exec"] and "--" in argv:
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
-    parser = _parser()
+    parser = _parser(exec_options=_command_in(argv) == "exec")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")

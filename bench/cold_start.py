@@ -1,0 +1,167 @@
+"""Cold start: from launching a server to its first ``/readyz`` 200, beside the reference.
+
+    .venv/bin/python bench/cold_start.py [--runs 7] [--json FILE]
+
+Each run launches a fresh process listening on ``ws://127.0.0.1:0``, reads the bound address it
+prints on stdout, and asks ``GET /readyz`` on a new loopback connection until one answers 200
+(short timeouts, at most 2000 tries); the time counted is from just before the launch to that
+answer. Servers: ``execproto serve`` (the installed console script beside this interpreter),
+``python -m execproto serve``, and the reference ``codex exec-server`` 0.171.0 when it is
+installed (found as tests/reference.py finds it). The floor is ``python -c pass`` with the same
+interpreter, from launch to exit. The median of the runs is the figure; min and max show the
+spread (a shared 2-core machine is noisy).
+
+Every subject gets one launch first that is not counted, and runs with bytecode caching on
+(PYTHONDONTWRITEBYTECODE is dropped from its environment): an installed package has its
+bytecode compiled by pip, and without it every start would compile the adapters from source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from reference import CACHE, REFERENCE  # noqa: E402
+
+RUNS = 7
+TRIES = 2000  # /readyz asks per run; each waits at most TIMEOUT
+TIMEOUT = 0.05
+LAUNCH_TIMEOUT = 20.0  # seconds a server gets to print its address
+REQUEST = b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+
+def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, **(extra or {})}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def ready(host: str, port: int) -> bool:
+    """Whether one ``GET /readyz`` on a new connection answers 200."""
+    try:
+        with socket.create_connection((host, port), timeout=TIMEOUT) as sock:
+            sock.sendall(REQUEST)
+            head = sock.recv(64)
+    except OSError:
+        return False
+    return head.startswith(b"HTTP/1.1 200")
+
+
+def launch_to_ready(argv: list[str], env: dict[str, str] | None = None) -> float:
+    """Seconds from launching ``argv`` to its first ``/readyz`` 200; the server is killed after."""
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               env=environment(env))
+    try:
+        assert process.stdout is not None
+        line = _first_line(process)
+        url = line.decode().strip()
+        if not url.startswith("ws://"):
+            raise RuntimeError(f"{argv[0]} printed {line!r}, not its address")
+        host, _, port = url.removeprefix("ws://").rpartition(":")
+        for _ in range(TRIES):
+            if ready(host, int(port)):
+                return time.perf_counter() - started
+        raise RuntimeError(f"{url}/readyz never answered 200")
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+def _first_line(process: subprocess.Popen[bytes]) -> bytes:
+    """The first line of stdout, or an error once the process has been silent too long."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    deadline = time.monotonic() + LAUNCH_TIMEOUT
+    got = b""
+    while b"\n" not in got:
+        left = deadline - time.monotonic()
+        if left <= 0 or (process.poll() is not None and not got):
+            raise RuntimeError(f"no address on stdout (exit status {process.poll()})")
+        readable, _, _ = select.select([fd], [], [], left)
+        if readable:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise RuntimeError(f"stdout closed before an address (exit status "
+                                   f"{process.wait(10)})")
+            got += chunk
+    return got.split(b"\n", 1)[0]
+
+
+def launch_to_exit(argv: list[str]) -> float:
+    started = time.perf_counter()
+    # wait() with no timeout blocks in waitpid; with one it polls, in steps of up to 50 ms.
+    status = subprocess.Popen(argv, env=environment()).wait()
+    elapsed = time.perf_counter() - started
+    if status != 0:
+        raise RuntimeError(f"{argv} exited {status}")
+    return elapsed
+
+
+def execproto_script() -> str:
+    beside = Path(sys.executable).parent / "execproto"
+    found = str(beside) if beside.exists() else shutil.which("execproto")
+    if found is None:
+        raise SystemExit("no execproto script: pip install -e . first")
+    return found
+
+
+SERVE = ["serve", "--listen", "ws://127.0.0.1:0", "--log-level", "warning"]
+
+
+def subjects() -> dict[str, Callable[[], float]]:
+    found: dict[str, Callable[[], float]] = {
+        "python -c pass (the floor)": lambda: launch_to_exit([sys.executable, "-c", "pass"]),
+        "execproto serve": lambda: launch_to_ready([execproto_script(), *SERVE]),
+        "python -m execproto serve": lambda: launch_to_ready(
+            [sys.executable, "-m", "execproto", *SERVE]),
+    }
+    if REFERENCE is not None:
+        binary = REFERENCE
+
+        def reference() -> float:
+            # Not under /tmp: there the reference skips the helpers it makes at start.
+            homes = CACHE.parent / "reference-homes"
+            homes.mkdir(parents=True, exist_ok=True)
+            home = tempfile.mkdtemp(prefix="codex-home-", dir=homes)
+            try:
+                return launch_to_ready([binary, "exec-server", "--listen", "ws://127.0.0.1:0"],
+                                       env={"CODEX_HOME": home})
+            finally:
+                shutil.rmtree(home, ignore_errors=True)
+
+        found["reference codex exec-server 0.171.0"] = reference
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=RUNS, help="launches per server (default 7)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    results = {}
+    for name, measure in subjects().items():
+        measure()  # one unmeasured launch: the page cache, not the start, is what it warms
+        times = [measure() * 1000 for _ in range(args.runs)]
+        results[name] = {"median_ms": statistics.median(times), "min_ms": min(times),
+                         "max_ms": max(times), "runs_ms": times}
+        print(f"{name:40} median {statistics.median(times):6.1f} ms  "
+              f"(min {min(times):.1f}, max {max(times):.1f}; {args.runs} runs)", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

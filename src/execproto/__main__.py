@@ -4,6 +4,6 @@ Only when run so: importing ``execproto`` never loads the adapters (the core sta
 """
 
 # The core is type-checked alone, without the adapters it is shipped with.
-from execproto.adapters.cli import main  # type: ignore[import-not-found]
+from execproto.adapters._entry import main  # type: ignore[import-not-found]
 
 raise SystemExit(main())

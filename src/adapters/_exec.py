@@ -44,6 +44,7 @@ import os
 import queue
 import select
 import signal
+import ssl
 import sys
 import termios
 import threading
@@ -117,7 +118,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     run: argparse.ArgumentParser = commands.add_parser(
         "exec", help="run a command on an exec-server", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("url", help="the server, ws://HOST:PORT")
+    run.add_argument("url", help="the server, ws://HOST:PORT or wss://HOST:PORT")
     run.add_argument("argv", nargs="*", metavar="-- CMD ARGS",
                      help="the command to run (after --, so its options stay its own)")
     run.add_argument("--cwd", metavar="DIR", help="the remote working directory, an absolute "
@@ -135,6 +136,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                           "process and exit 124, as timeout(1) does")
     run.add_argument("--auth-token-file", type=Path, metavar="FILE",
                      help="send the bearer token in this file (the server's --auth-token-file)")
+    run.add_argument("--ca-file", type=Path, metavar="FILE",
+                     help="with wss://, trust only the CA certificates in this PEM file "
+                          "(default: the system's, or those SSL_CERT_FILE names)")
     run.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT, metavar="SECONDS",
                      help="give up connecting after this long (default %(default)g)")
     run.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_TIMEOUT,
@@ -145,6 +149,19 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help="how long to try to resume the session after the connection drops "
                           "(default %(default)g; keep it under the server's --session-ttl)")
     return run
+
+
+def _check_ca_file(path: Path, tls: bool) -> None:
+    """A usage error now, rather than a failed connection later, for a --ca-file that cannot
+    serve."""
+    if not tls:
+        raise UsageError("--ca-file is for wss:// URLs")
+    try:
+        ssl.create_default_context(cafile=path)
+    except (ssl.SSLError, ValueError):  # before OSError: an SSLError is one
+        raise UsageError(f"--ca-file {path}: no PEM certificate in it") from None
+    except OSError as exc:
+        raise UsageError(f"--ca-file {path}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,9 +190,11 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and not value > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     try:
-        parse_url(args.url)
+        tls = parse_url(args.url)[3]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.ca_file is not None:
+        _check_ca_file(args.ca_file, tls)
     token = read_token(args.auth_token_file) if args.auth_token_file else None
     if args.tty and "TERM" in os.environ:
         env.setdefault("TERM", os.environ["TERM"])
@@ -354,7 +373,7 @@ class _Session:
         args = self.args
         forward = args.tty or not os.isatty(0)
         async with connect(args.url, token=self.token, client_name="execproto exec",
-                           resume_timeout=args.resume_timeout,
+                           ca_file=args.ca_file, resume_timeout=args.resume_timeout,
                            connect_timeout=args.connect_timeout,
                            handshake_timeout=args.handshake_timeout,
                            on_connection=self._said) as ex:

@@ -1,4 +1,5 @@
-"""The ``--listen`` address (``ws://IP:PORT``, numeric IP only, or ``stdio``) and the listener."""
+"""The ``--listen`` address (``ws://IP:PORT`` or ``wss://IP:PORT``, numeric IP only, or
+``stdio``) and the listener."""
 
 from __future__ import annotations
 
@@ -103,25 +104,29 @@ class Listen:
     stdio: bool
     host: str = ""
     port: int = 0
+    tls: bool = False  # wss://: every connection is TLS (the certificate is the caller's)
 
     @property
     def loopback(self) -> bool:
         return self.stdio or ipaddress.ip_address(self.host).is_loopback
 
     def describe(self, bound: tuple[str, int] | None) -> str:
-        """The address to announce: ``stdio``, or ``ws://IP:PORT`` as actually bound."""
+        """The address to announce: ``stdio``, or ``ws://IP:PORT`` (``wss://``) as actually
+        bound."""
         if self.stdio or bound is None:
             return "stdio"
         host, port = bound[0], bound[1]
-        return f"ws://[{host}]:{port}" if ":" in host else f"ws://{host}:{port}"
+        scheme = "wss" if self.tls else "ws"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
     @classmethod
     def parse(cls, text: str) -> Listen:
         if text in ("stdio", "stdio://"):
             return cls(stdio=True)
         parts = urlsplit(text)
-        if parts.scheme != "ws" or parts.path not in ("", "/") or parts.query:
-            raise ListenError(f"--listen must be ws://IP:PORT or stdio, got {text!r}")
+        if parts.scheme not in ("ws", "wss") or parts.path not in ("", "/") or parts.query:
+            raise ListenError(f"--listen must be ws://IP:PORT or stdio, or wss://IP:PORT for "
+                              f"TLS, got {text!r}")
         try:
             host = parts.hostname or ""
             ipaddress.ip_address(host)
@@ -136,4 +141,4 @@ class Listen:
             raise ListenError(f"--listen has an invalid port: {text!r}") from None
         if port is None:
             raise ListenError(f"--listen needs a port: {text!r} (0 picks a free one)")
-        return cls(stdio=False, host=host, port=port)
+        return cls(stdio=False, host=host, port=port, tls=parts.scheme == "wss")

@@ -28,10 +28,13 @@ from execproto import (
 )
 
 from . import _metrics
-from ._ws import ServerSocket, text_frame_header
+from ._ws import ServerSocket, plain_http_refusal, text_frame_header
 
 if TYPE_CHECKING:
+    import ssl
+
     from ._driver import Driver
+    from ._tls import ServerTls
 
 Write = Callable[[Sequence[bytes]], None]
 
@@ -245,9 +248,21 @@ class WsPeer(Peer):
     def __init__(
         self, driver: Driver, write: Write, hang_up: Callable[[], None], token: str | None,
         gate: Gate, label: str, abort: Callable[[], None], ping_interval: float,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """``abort``: close now, dropping whatever is queued. Once upgraded, the peer pings
-        every ``ping_interval`` seconds on the driver's loop until the connection closes."""
+        every ``ping_interval`` seconds on the driver's loop until the connection closes.
+
+        With ``tls`` the connection's bytes are TLS records: what is read is decrypted before
+        the upgrade sees it, what is written encrypted on its way (see `_tls`); ``write`` and
+        ``hang_up`` then move records, and the rest of the peer never sees them."""
+        self._tls: ServerTls | None = None
+        self._raw_write, self._raw_hang_up = write, hang_up
+        if tls is not None:
+            from ._tls import ServerTls  # here: ssl is loaded only for a TLS listener
+
+            self._tls = ServerTls(tls)
+            write, hang_up = self._write_tls, self._hang_up_tls
         super().__init__(driver, write, hang_up)
         self._abort = abort
         self._ping_interval = ping_interval
@@ -297,6 +312,50 @@ class WsPeer(Peer):
 
     def received(self, data: bytes, label: str) -> None:
         """Bytes from the socket (b"" at EOF). ``label`` names the peer in messages."""
+        if self._tls is None:
+            self._received(data, label)
+            return
+        got = self._tls.receive(data)
+        if got.send:
+            self._raw_write((got.send,))
+        if got.failed is not None:
+            # A client that does not speak TLS or does not trust the certificate: it cannot
+            # be answered (but a plain HTTP one can be told why), and nothing went wrong here.
+            log.info("connection from %s refused: TLS handshake failed: %s", label, got.failed,
+                     extra={"fields": {"peer": label, "refused": "tls", "why": got.failed}})
+            if got.plain_http:
+                self._raw_write((plain_http_refusal(),))
+            self._hang_up_now()
+            return
+        if not self._tls.handshaken and got.eof:
+            log.debug("connection from %s closed during its TLS handshake", label)
+            self._hang_up_now()
+            return
+        if got.plain:
+            self._received(got.plain, label)
+        if got.eof:
+            self._received(b"", label)
+
+    def _hang_up_now(self) -> None:
+        """Hang up below TLS: what is queued goes, no close_notify follows it."""
+        if not self.closing:
+            self.closing = True
+            self._raw_hang_up()
+
+    def _write_tls(self, parts: Sequence[bytes]) -> None:
+        assert self._tls is not None
+        records = self._tls.encrypt(parts)
+        if records:
+            self._raw_write((records,))
+
+    def _hang_up_tls(self) -> None:
+        assert self._tls is not None
+        notify = self._tls.close()
+        if notify:
+            self._raw_write((notify,))
+        self._raw_hang_up()
+
+    def _received(self, data: bytes, label: str) -> None:
         got = self._socket.receive(data)
         if got.pongs:
             self._unanswered = 0
@@ -326,7 +385,9 @@ class WsPeer(Peer):
             self._next_ping()
             self._next_ping = None
         super().lost()
-        self._abort = _nothing  # the connection's, as write and hang_up
+        # The connection's, as write and hang_up.
+        self._abort = self._raw_hang_up = _nothing
+        self._raw_write = _discard
 
     def blocked(self) -> None:
         super().blocked()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -19,6 +19,9 @@ from ._host import this_host
 from ._listen import Acceptor, Listen
 from ._peer import Gate, Write, WsPeer
 from .backends import Backend, LocalBackend, check_sandbox_type
+
+if TYPE_CHECKING:
+    import ssl
 
 PING_INTERVAL = 30.0
 
@@ -38,6 +41,8 @@ class Options:
     - ``fs_roots``: directories every ``fs/*`` path is confined to.
     - ``backend``: how a process is spawned (by default this machine, with bubblewrap for
       sandboxed requests where it can run).
+    - ``tls``: the `ssl.SSLContext` (server side) of a ``wss://`` address, which needs one
+      (`_tls.server_context` makes one from PEM files); unused by ``ws://``.
     - ``tune_heap``: raise glibc's mmap and trim thresholds for the whole process, so output
       buffers stay in the heap (measured: half the CPU of a fast stream went to page faults
       without), and hand free heap memory back every 2 s from the loop. Off by default: it
@@ -54,6 +59,7 @@ class Options:
     fs_roots: Sequence[str] = ()
     backend: Backend | None = None
     tune_heap: bool = False
+    tls: ssl.SSLContext | None = None
 
     @classmethod
     def of(cls, options: Options | None, keywords: dict[str, Any]) -> Options:
@@ -88,6 +94,8 @@ class Server:
     def __init__(self, listen: str, options: Options, loop: Loop,
                  stopped: Callable[[], None]) -> None:
         self.where = Listen.parse(listen)
+        if self.where.tls and options.tls is None:
+            raise ValueError(f"{listen} needs a TLS context: serve(..., tls=context)")
         self.options = options
         config = options.config
         core, backend = make_core(config, options.trace, options.backend, options.redact_trace)
@@ -115,7 +123,8 @@ class Server:
                 abort: Callable[[], None]) -> WsPeer:
         options = self.options
         return WsPeer(self.driver, write, hang_up, options.token, self.gate, label, abort=abort,
-                      ping_interval=options.ping_interval)
+                      ping_interval=options.ping_interval,
+                      tls=options.tls if self.where.tls else None)
 
     def announce(self) -> None:
         """Tell ``ready`` where clients can connect."""

@@ -87,6 +87,12 @@ def _response(status: int, reason: bytes, body: bytes, content_type: str = "text
     return conn.send(head) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
 
 
+def plain_http_refusal() -> bytes:
+    """The answer, in clear, to a plain HTTP request on a TLS listener (a ws:// client's
+    upgrade, say): it cannot be read as TLS, but its client can read why it failed."""
+    return _response(400, b"Bad Request", b"this server speaks TLS: use wss:// (or https://)\n")
+
+
 class ServerSocket:
     """One accepted connection, from the first byte of its HTTP request to the close."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import ssl
 from http import HTTPStatus
 from typing import Any
@@ -111,16 +112,20 @@ class WebSocket:
     @classmethod
     async def connect(cls, url: str, *, token: str | None = None,
                       connect_timeout: float | None = None,
-                      handshake_timeout: float | None = None) -> WebSocket:
+                      handshake_timeout: float | None = None,
+                      ca_file: str | os.PathLike[str] | None = None) -> WebSocket:
         """Open the connection (within ``connect_timeout`` seconds, TLS included) and upgrade
-        it (within ``handshake_timeout``); a timeout raises `ConnectionError` saying which."""
+        it (within ``handshake_timeout``); a timeout raises `ConnectionError` saying which.
+
+        A ``wss://`` server's certificate is verified against the default trust store
+        (``SSL_CERT_FILE`` names another), or against the certificates in ``ca_file`` alone."""
         host, port, target, tls = parse_url(url)
         stream: anyio.abc.ByteStream
         with anyio.move_on_after(connect_timeout) as connecting:
             if tls:
                 try:
                     stream = await anyio.connect_tcp(
-                        host, port, ssl_context=ssl.create_default_context(),
+                        host, port, ssl_context=ssl.create_default_context(cafile=ca_file),
                         tls_standard_compatible=False,
                     )
                 except ssl.SSLError as exc:  # its errno is OpenSSL's, not the system's

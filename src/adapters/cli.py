@@ -26,6 +26,8 @@ from . import _logs
 from ._errors import UsageError, leaves
 
 if TYPE_CHECKING:
+    import ssl
+
     from ._listen import Listen
     from .backends import Backend
 
@@ -94,9 +96,10 @@ remote client. serve runs one, exec runs a command on one, replay checks a recor
 """
 
 SERVE = """\
-Serve the exec-server protocol on a websocket (ws://IP:PORT; the bound address is printed on
-stdout) or on stdin and stdout (--listen stdio: one JSON-RPC message a line, from a pipe or a
-file; when stdin ends, everything it asked is answered and the server stops).
+Serve the exec-server protocol on a websocket (ws://IP:PORT, or wss://IP:PORT over TLS with
+--tls-cert and --tls-key; the bound address is printed on stdout) or on stdin and stdout
+(--listen stdio: one JSON-RPC message a line, from a pipe or a file; when stdin ends,
+everything it asked is answered and the server stops).
 
 SIGTERM or Ctrl-C stops the server: every process it started is terminated first.
 """
@@ -129,8 +132,12 @@ def _parser(exec_options: bool = True) -> _Parser:
     serve = commands.add_parser("serve", help="run an exec-server", description=SERVE,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--listen", default="ws://127.0.0.1:0", metavar="ADDRESS",
-                       help="ws://IP:PORT (port 0 picks a free one) or stdio (default "
-                            "%(default)s)")
+                       help="ws://IP:PORT, wss://IP:PORT (TLS; port 0 picks a free one) or "
+                            "stdio (default %(default)s)")
+    serve.add_argument("--tls-cert", type=Path, metavar="FILE",
+                       help="with wss://: the server's certificate chain, PEM")
+    serve.add_argument("--tls-key", type=Path, metavar="FILE",
+                       help="with wss://: the certificate's private key, PEM, unencrypted")
     serve.add_argument("--adapter", choices=list(ADAPTERS), default="asyncio",
                        help="the event loop to run on (default %(default)s)")
     serve.add_argument("--auth-token-file", type=Path, metavar="FILE",
@@ -216,13 +223,14 @@ def _why(exc: BaseException) -> str:
     return str(exc)
 
 
-def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None]:
+def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None, ssl.SSLContext | None]:
     from ._listen import Listen, ListenError
 
     try:
         where = Listen.parse(args.listen)
     except ListenError as exc:
         raise UsageError(str(exc)) from None
+    tls = _tls_context(args, where)
     token = None if args.auth_token_file is None else read_token(args.auth_token_file)
     if not where.loopback and token is None:
         raise UsageError(f"refusing to listen on {args.listen} without --auth-token-file: "
@@ -236,11 +244,37 @@ def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None]:
             raise UsageError(f"--fs-root {root} is not a directory")
     if args.trace_redact and args.trace is None:
         raise UsageError("--trace-redact needs --trace FILE")
-    return where, token
+    return where, token, tls
+
+
+def _tls_context(args: argparse.Namespace, where: Listen) -> ssl.SSLContext | None:
+    """The TLS context of a wss:// listener, from --tls-cert and --tls-key (None for ws://)."""
+    given = args.tls_cert is not None or args.tls_key is not None
+    if not where.tls:
+        if given:
+            raise UsageError("--tls-cert and --tls-key need --listen wss://IP:PORT")
+        return None
+    if args.tls_cert is None or args.tls_key is None:
+        raise UsageError("wss:// needs --tls-cert FILE and --tls-key FILE")
+    from ._tls import TlsSetupError, server_context  # loads ssl: only for a TLS listener
+
+    try:
+        return server_context(args.tls_cert, args.tls_key,
+                              names=(f"--tls-cert {args.tls_cert}", f"--tls-key {args.tls_key}"))
+    except TlsSetupError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def tls_warnings(where: Listen, address: str) -> list[str]:
+    """What to warn of once listening on ``address``: off loopback without TLS."""
+    if where.stdio or where.loopback or where.tls:
+        return []
+    return [f"listening on {address} without TLS: the bearer token and every byte travel in "
+            "clear (use wss:// with --tls-cert and --tls-key)"]
 
 
 def _serve(args: argparse.Namespace) -> int:
-    where, token = _check_serve(args)
+    where, token, tls = _check_serve(args)
     try:
         backend = _backend(args)
     except UsageError:
@@ -249,8 +283,8 @@ def _serve(args: argparse.Namespace) -> int:
         log.debug("the backend could not be made", exc_info=True)
         raise UsageError(str(exc)) from None
     # What the server reads or writes for itself is nothing a sandbox may read.
-    secrets = tuple(os.path.realpath(path) for path in (args.auth_token_file, args.trace)
-                    if path is not None)
+    secrets = tuple(os.path.realpath(path) for path in (args.auth_token_file, args.trace,
+                                                        args.tls_key) if path is not None)
     config = Config(
         floor=getattr(backend, "floor", None),
         secrets=secrets,
@@ -270,6 +304,8 @@ def _serve(args: argparse.Namespace) -> int:
         if address != "stdio":
             print(address, flush=True)  # the one line on stdout: the bound address
         log.info("listening on %s", address)
+        for warning in tls_warnings(where, address):
+            log.warning("%s", warning)
 
     try:
         adapter = importlib.import_module(ADAPTERS[args.adapter], __package__)
@@ -290,6 +326,7 @@ def _serve(args: argparse.Namespace) -> int:
             backend=backend,
             redact_trace=args.trace_redact,
             tune_heap=True,  # the whole process is ours: see `Options.tune_heap`
+            tls=tls,
         )
     except BaseException as exc:
         problem = None if bound or where.stdio else _listen_problem(exc)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import logging
 import math
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -98,8 +99,10 @@ class Client:
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         on_connection: Callable[[str], None] | None = None,
         buffer_bytes: int = BUFFER_BYTES,
+        ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.url = url
+        self.ca_file = ca_file
         self.buffer_bytes = buffer_bytes
         self.resume_timeout = resume_timeout
         self.connect_timeout = connect_timeout
@@ -278,7 +281,8 @@ class Client:
         """Connect and complete the handshake, or raise."""
         ws = await WebSocket.connect(self.url, token=self._token,
                                      connect_timeout=self.connect_timeout,
-                                     handshake_timeout=self.handshake_timeout)
+                                     handshake_timeout=self.handshake_timeout,
+                                     ca_file=self.ca_file)
         self._ws = ws
         self._core.connection_made()
         await self._flush()
@@ -431,6 +435,7 @@ async def connect(
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
     on_connection: Callable[[str], None] | None = None,
     buffer_bytes: int = BUFFER_BYTES,
+    ca_file: str | os.PathLike[str] | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to the exec-server at ``url`` (``ws://IP:PORT``) and start a session.
 
@@ -446,11 +451,14 @@ async def connect(
     pause it: while a reader iterates the output, the connection is read no further meanwhile
     (unless a call waits for its answer); output nobody reads is held as it comes. A reader
     that stops reading stops only its own process: calls are always answered.
+
+    A ``wss://`` server's certificate is verified against the system's trust store (or the
+    file ``SSL_CERT_FILE`` names), or, given ``ca_file`` (PEM), against its certificates alone.
     """
     client = Client(url, token=token, client_name=client_name, resume_timeout=resume_timeout,
                     acks=acks, connect_timeout=connect_timeout,
                     handshake_timeout=handshake_timeout, on_connection=on_connection,
-                    buffer_bytes=buffer_bytes)
+                    buffer_bytes=buffer_bytes, ca_file=ca_file)
     await client._open()
     try:
         async with anyio.create_task_group() as group:

@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -28,7 +29,7 @@ from typing import Any
 from ._driver import CoreFailed
 from ._peer import Peer, WaterMarks
 from ._serve import Options, Server
-from ._sockwriter import send_all
+from ._sockwriter import Buffer, advance, batch, send_all
 from ._stdio import DrainingStdioPeer
 
 # Reads a connection's reader thread may have handed to the owner and not yet seen handled:
@@ -192,13 +193,13 @@ class _Connection:
     """
 
     def __init__(self, loop: _Loop, receive: Callable[[], bytes],
-                 send: Callable[[list[bytes]], None], close: Callable[[], None]) -> None:
+                 send: Callable[[list[Buffer]], None], close: Callable[[], None]) -> None:
         """``send`` writes a batch of buffers whole, blocking (see `_sockwriter.send_all`)."""
         self._loop = loop
         self._receive = receive
         self._send = send
         self._close = close
-        self._outbox: list[bytes] = []
+        self._outbox: list[Buffer] = []
         self._marks = WaterMarks(self._blocked, self._drained)  # kept by the owner
         self._closing = False
         self._ready = threading.Condition()
@@ -307,7 +308,8 @@ class _Connection:
 
 class _SocketConnection(_Connection):
     """A websocket client. Until its upgrade is done it costs no thread: the watcher polls it
-    and the owner reads it. Once upgraded it gets a reader and a writer thread like any other."""
+    and the owner reads and writes it (without blocking: a TLS handshake is a few messages each
+    way). Once upgraded it gets a reader and a writer thread like any other."""
 
     def __init__(self, loop: _Loop, sock: socket.socket) -> None:
         super().__init__(loop, lambda: sock.recv(1 << 16), partial(send_all, sock.sendmsg),
@@ -322,6 +324,35 @@ class _SocketConnection(_Connection):
         self._received = received
         self._sock.setblocking(False)
         self._loop.watch_read(self._fd, self._readable)
+
+    def write(self, parts: Sequence[bytes]) -> None:
+        super().write(parts)
+        if not self._threaded and not self._ended:
+            self._send_early()
+
+    def _send_early(self) -> None:
+        """Before the upgrade no writer thread runs: send what the socket takes now, and watch
+        it for room for the rest (the writer thread takes over what is left)."""
+        if self._threaded or self._ended:
+            return
+        queue: deque[Buffer] = deque(self._outbox)
+        sent = 0
+        while queue:
+            try:
+                taken = self._sock.sendmsg(batch(queue))
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                queue.clear()  # the connection is gone: its reading sees that and ends it
+                break
+            advance(queue, taken)
+            sent += taken
+        self._outbox = list(queue)
+        self._marks.changed(-sent)
+        if queue:
+            self._loop.watch_write(self._fd, self._send_early)
+        else:
+            self._loop.unwatch_write(self._fd)
 
     def _readable(self) -> None:
         if self._ended:
@@ -338,6 +369,7 @@ class _SocketConnection(_Connection):
             self._end()
         elif self.peer.open and not self._closing:  # upgraded: over to its own threads
             self._loop.unwatch_read(self._fd)
+            self._loop.unwatch_write(self._fd)
             self._sock.setblocking(True)
             self._threaded = True
             super().start(self._received)
@@ -355,6 +387,7 @@ class _SocketConnection(_Connection):
             return
         self._ended = True
         self._loop.unwatch_read(self._fd)
+        self._loop.unwatch_write(self._fd)
         answer, self._outbox = self._outbox, []
         try:
             self._sock.sendmsg(answer)  # a few hundred bytes into an empty buffer: taken whole
@@ -420,7 +453,7 @@ def serve(
                 ended.wait()
             return data
 
-        def send(parts: list[bytes]) -> None:
+        def send(parts: list[Buffer]) -> None:
             try:
                 send_all(partial(os.writev, stdout), parts)
             except OSError:

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from certs import Certs, make_certs
+
 from .fake_model import FakeModel, Turn, function_call, patch, say, shell
 from .proxy import Proxy
 
@@ -106,7 +108,8 @@ class Run:
         self.proxies: list[Proxy] = []
         self._servers: list[subprocess.Popen[str]] = []
 
-    def server_command(self, listen: str, token_file: Path | None = None) -> list[str]:
+    def server_command(self, listen: str, token_file: Path | None = None,
+                       certs: Certs | None = None) -> list[str]:
         if self.server == "reference":
             command = [self.codex_binary, "exec-server", "--listen", listen]
             if token_file:
@@ -116,6 +119,8 @@ class Run:
                        "--adapter", self.server]
             if token_file:
                 command += ["--auth-token-file", str(token_file)]
+            if certs:
+                command += ["--tls-cert", str(certs.cert), "--tls-key", str(certs.key)]
         return command
 
     def server_env(self) -> dict[str, str]:
@@ -124,8 +129,10 @@ class Run:
         home.mkdir(exist_ok=True)
         return {"CODEX_HOME": str(home), "RUST_LOG": "warn"}
 
-    def serve(self, token: str | None = None, cut_after: bytes | None = None) -> Proxy:
-        """A websocket server behind a proxy; returns the proxy (its `url` is the one to use)."""
+    def serve(self, token: str | None = None, cut_after: bytes | None = None,
+              certs: Certs | None = None) -> Proxy:
+        """A websocket server behind a proxy; returns the proxy (its `url` is the one to use;
+        with ``certs`` the server speaks TLS, and the proxy relays its records)."""
         token_file = None
         if token:
             token_file = self.root / "token"
@@ -133,15 +140,18 @@ class Run:
         log = self.root / f"server-{len(self._servers)}.log"
         self.logs.append(log)
         server = subprocess.Popen(
-            self.server_command("ws://127.0.0.1:0", token_file), stdin=subprocess.DEVNULL,
+            self.server_command("wss://127.0.0.1:0" if certs else "ws://127.0.0.1:0",
+                                token_file, certs), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=log.open("w"), text=True, cwd=self.root,
             env={**os.environ, **self.server_env()})
         self._servers.append(server)
         assert server.stdout is not None
         url = server.stdout.readline().strip()
-        if not url.startswith("ws://127.0.0.1:"):
+        if not url.startswith("wss://127.0.0.1:" if certs else "ws://127.0.0.1:"):
             raise RuntimeError(f"the server printed {url!r}, not its address: {log.read_text()}")
         proxy = Proxy(url, cut_after=cut_after)
+        if certs:
+            proxy.url = proxy.url.replace("ws://", "wss://", 1)
         self.proxies.append(proxy)
         return proxy
 
@@ -149,11 +159,12 @@ class Run:
         (self.home / "environments.toml").write_text(ENVIRONMENTS + lines)
 
     def codex(self, turns: list[Turn], sandbox: str = "workspace-write",
-              url: str | None = None) -> FakeModel:
+              url: str | None = None, env: dict[str, str] | None = None) -> FakeModel:
         """`codex exec` with the scripted model; the exec-server is ``url`` (a fresh server when
-        neither it nor an environments.toml is given)."""
+        neither it nor an environments.toml is given). ``env``: more of codex's environment."""
         if url is None and not (self.home / "environments.toml").exists():
             url = self.serve().url
+        extra = env or {}
         model = FakeModel(turns)
         (self.home / "config.toml").write_text(CONFIG.format(base_url=model.base_url))
         env = {k: v for k, v in os.environ.items()
@@ -163,6 +174,7 @@ class Run:
                    RUST_LOG="warn")
         if url:
             env["CODEX_EXEC_SERVER_URL"] = url
+        env.update(extra)
         log = self.root / "codex.log"
         self.logs.append(log)
         try:
@@ -276,6 +288,21 @@ def bearer_token(run: Run) -> dict[str, Any]:
     return run.facts(model)
 
 
+def tls_bearer_token(run: Run) -> dict[str, Any]:
+    """wss:// with a token from environments.toml, the test's CA trusted through SSL_CERT_FILE
+    (codex's websocket reads it; CODEX_CA_CERTIFICATE is only for its HTTP client)."""
+    if run.server == "reference":
+        return {"skipped": "the reference serves no TLS"}
+    certs = make_certs(run.root / "certs")
+    proxy = run.serve(token=TOKEN, certs=certs)
+    run.environments(f"url = {toml(proxy.url)}\nauth_bearer_token = {toml(TOKEN)}\n")
+    model = run.codex([[shell("call", "echo over tls; exit 3")], [say("done")]],
+                      env={"SSL_CERT_FILE": str(certs.ca)})
+    # What the server sent, as the proxy saw it: records, so no JSON in clear.
+    return {**run.facts(model), "url": proxy.url,
+            "in_clear": b"sessionId" in proxy.from_server}
+
+
 def wrong_token(run: Run) -> dict[str, Any]:
     proxy = run.serve(token=TOKEN)
     run.environments(f"url = {toml(proxy.url)}\nauth_bearer_token = \"not-the-token\"\n")
@@ -324,8 +351,8 @@ def workspace_write(run: Run) -> dict[str, Any]:
 
 SCENARIOS: dict[str, Callable[[Run], dict[str, Any]]] = {
     f.__name__: f for f in [shell_exit_code, apply_patch, terminal_stdin, repository_skill,
-                            resumed_connection, stdio_transport, bearer_token, wrong_token,
-                            read_only, read_only_under_tmp, workspace_write]
+                            resumed_connection, stdio_transport, bearer_token, tls_bearer_token,
+                            wrong_token, read_only, read_only_under_tmp, workspace_write]
 }
 
 

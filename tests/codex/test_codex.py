@@ -167,6 +167,15 @@ def test_bearer_token_from_environments_toml(runs: Runs, server: str) -> None:
     assert ran(out, 3) and out.endswith("Output:\nhi\n"), out
 
 
+def test_wss_with_a_bearer_token_and_ssl_cert_file(runs: Runs, server: str) -> None:
+    if server == "reference":
+        pytest.skip("the reference serves no TLS")
+    found = facts(runs, server, "tls_bearer_token", 2)
+    assert found["url"].startswith("wss://127.0.0.1:") and not found["in_clear"], found
+    out = found["outputs"]["call"]
+    assert ran(out, 3) and out.endswith("Output:\nover tls\n"), out
+
+
 def test_wrong_token_is_refused_cleanly(runs: Runs, server: str) -> None:
     found = facts(runs, server, "wrong_token", 2)
     assert found["answer"].startswith("HTTP/1.1 401"), found

@@ -96,6 +96,25 @@ def test_the_library_with_ca_file_streams_output(server: TlsServer, certs: Certs
     assert (code, len(out), out.count(0), err) == (0, 8 << 20, 8 << 20, b"")
 
 
+def test_the_library_uploads_through_tls(server: TlsServer, certs: Certs) -> None:
+    data = os.urandom(4 << 20)  # stdin in many records, decrypted on the server's loop
+    code, out, _ = client.run(server.url, ["cat"], stdin=data, ca_file=certs.ca, timeout=60)
+    assert code == 0 and out == data
+
+
+def test_a_wrong_token_over_tls_is_refused(certs: Certs, tmp_path: Path) -> None:
+    token, wrong = tmp_path / "token", tmp_path / "wrong"
+    token.write_text("the-token\n")
+    wrong.write_text("not-the-token\n")
+    running = TlsServer("asyncio", certs, "--auth-token-file", str(token))
+    refused = run_exec(running.url, "--ca-file", str(certs.ca), "--auth-token-file", str(wrong),
+                       command="true")
+    assert refused.returncode == 255 and b"HTTP 401 Unauthorized" in refused.stderr, refused
+    done = run_exec(running.url, "--ca-file", str(certs.ca), "--auth-token-file", str(token))
+    assert (done.returncode, done.stdout) == (4, b"over tls\n"), done
+    running.stop()
+
+
 def test_readyz_over_https(server: TlsServer, certs: Certs) -> None:
     context = ssl.create_default_context(cafile=certs.ca)
     conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=10)

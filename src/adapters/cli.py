@@ -312,7 +312,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"the {args.adapter} adapter needs {exc.name}: "
                          f"pip install 'execproto[{args.adapter}]'") from None
-    _warn(backend)
+    _warn(args, backend)
     trace_file = _open_trace(args.trace) if args.trace else None
     try:
         adapter.run(
@@ -393,12 +393,13 @@ def _backend(args: argparse.Namespace) -> Backend | None:
     return backend
 
 
-def _warn(backend: Backend | None) -> None:
-    """Say what the backend cannot enforce here. The default backend's probe of bubblewrap,
-    started when it was made, is waited for here: after the event loop's imports."""
+def _warn(args: argparse.Namespace, backend: Backend | None) -> None:
+    """Say what the backend made by `_backend` cannot enforce here (a --backend of the
+    operator's says nothing). Its probe of bubblewrap, started when it was made, is waited for
+    here: after the event loop's imports."""
     from . import backends
 
-    if not isinstance(backend, backends.LocalBackend):
+    if args.backend or not isinstance(backend, backends.LocalBackend):
         return
     try:
         warnings = backend.warnings()

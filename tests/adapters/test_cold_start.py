@@ -1,0 +1,78 @@
+"""What a server's start loads and waits for: nothing of the client or of the other adapters,
+and the bubblewrap probe off the critical path, with everything the start says still said.
+
+The time itself is measured by bench/cold_start.py, not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# Modules serving on asyncio must not load: the client, exec, the other event loops.
+NOT_FOR_SERVING = (
+    "execproto.adapters.client", "execproto.adapters._exec", "execproto.adapters._wsclient",
+    "execproto.adapters._client_process", "execproto.adapters.trio",
+    "execproto.adapters.threaded", "execproto._client", "execproto._client_events", "anyio",
+    "trio", "importlib.metadata",
+)
+# serve on stdio with stdin at its end: it starts, answers nothing, and stops.
+SERVE_AND_LIST = (
+    "import json, sys\n"
+    "from execproto.adapters import cli\n"
+    "status = cli.main(['serve', '--listen', 'stdio', '--log-level', 'warning'])\n"
+    "print(json.dumps([status, sorted(sys.modules)]))\n"
+)
+
+
+def test_serving_loads_nothing_of_the_client_or_the_other_adapters() -> None:
+    done = subprocess.run([sys.executable, "-c", SERVE_AND_LIST], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    status, loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert status == 0, done.stderr
+    assert "execproto.adapters.asyncio" in loaded  # it did serve
+    assert [name for name in NOT_FOR_SERVING if name in loaded] == []
+
+
+def serve_briefly(*args: str, env: dict[str, str] | None = None,
+                  cwd: Path | None = None) -> tuple[str, str]:
+    """stdout's first line and all of stderr, of a server stopped once it is listening."""
+    server = subprocess.Popen([sys.executable, "-m", "execproto", "serve", *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **(env or {})}, cwd=cwd)
+    try:
+        assert server.stdout is not None
+        first = server.stdout.readline()
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    return first, err
+
+
+def test_without_bubblewrap_the_start_still_warns_before_it_listens(tmp_path: Path) -> None:
+    # No bwrap on PATH: the probe (on its thread) finds none, and the warning comes first.
+    first, err = serve_briefly("--listen", "ws://127.0.0.1:0", env={"PATH": str(tmp_path)})
+    assert first.startswith("ws://127.0.0.1:"), err
+    warned = err.find("no sandbox can be enforced here (bubblewrap (bwrap) is not installed)")
+    assert 0 <= warned < err.find("listening on"), err
+
+
+def test_a_backend_of_the_operators_gets_no_warning_of_the_default_ones(tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(
+        "from execproto.adapters.backends import LocalBackend\n"
+        "def make():\n    return LocalBackend(bwrap=None)\n")
+    first, err = serve_briefly("--backend", "mine:make", cwd=tmp_path)
+    assert first.startswith("ws://127.0.0.1:"), err
+    assert "no sandbox can be enforced" not in err, err
+
+
+def test_sandbox_bwrap_without_bubblewrap_still_stops_the_start(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "execproto", "serve", "--sandbox", "bwrap"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": str(tmp_path)})
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert "needs bubblewrap" in done.stderr

@@ -6,6 +6,7 @@ from typing import Any
 
 import attrs
 
+from ._paths import uri_from_path
 from ._policy import Policy
 
 
@@ -60,6 +61,11 @@ class Config:
     # here ("linuxSeccomp" for bubblewrap, which is what the client knows it by), or "none"
     # when nothing can, and then a request for a sandbox is refused.
     sandbox_type: str = "none"
+    # Directories the client is to put at the front of PATH for the commands it runs (the
+    # operator's `--path-prepend`, absolute paths): announced as `prependPathDirs` in the
+    # environment info. The server itself leaves a process's PATH as the request gives it, as
+    # the reference does; the client (Codex) prepends them.
+    path_prepend: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # a list from a trace
 
 
 @attrs.frozen(kw_only=True)
@@ -73,3 +79,14 @@ class Host:
     # The server's limit on open file descriptors (RLIMIT_NOFILE), shared out by _descriptors;
     # None: no limit is known, and none is kept.
     descriptor_limit: int | None = None
+
+
+def announced_environment(config: Config, host: Host) -> dict[str, Any]:
+    """The environment info clients are told: the host's, with the operator's PATH directories
+    as file URIs in the order given. Without any, the host's own list stands (the adapter's is
+    `[]`: the reference always sends the list, empty or not)."""
+    if not config.path_prepend:
+        return host.environment_info
+    dirs = [uri_from_path(path) for path in config.path_prepend]
+    return {**host.environment_info, "prependPathDirs": dirs}
+

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from . import _descriptors, _fs_params, _host_params, _jsonrpc, _params
-from ._config import Config, Host
+from ._config import Config, Host, announced_environment
 from ._errors import (
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
@@ -129,7 +129,11 @@ class ServerCore(ProcessHandlers, WatchHandlers):
     """The exec-server protocol. Drive it with `handle`; sleep until `next_deadline`."""
 
     def __init__(self, config: Config | None = None, host: Host | None = None) -> None:
-        super().__init__(config or Config(), host or Host())
+        config = config or Config()
+        host = host or Host()
+        # What initialize and environment/info announce: the host's facts and the operator's.
+        host = attrs.evolve(host, environment_info=announced_environment(config, host))
+        super().__init__(config, host)
         self._shutting_down = False
         self._error: BaseException | None = None
         self._event_handlers: dict[type, Callable[[Any], None]] = {

@@ -3,13 +3,17 @@
 Without an env policy the child gets exactly the requested ``env``: nothing of the server leaks.
 With one, the steps run in a fixed order: inherit, default excludes, excludes, set, include-only,
 then the request's ``env`` on top. Name patterns are shell globs, matched case-insensitively.
+
+A terminal's child also gets ``SHELL`` when all that leaves it none, as under the reference
+(0.171.0), whose pty library sets the login shell there whatever the policy dropped: a model's
+commands on a terminal expect it. A child without a terminal gets exactly what the steps give.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 
@@ -52,7 +56,29 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
     return any(fnmatchcase(upper, pattern.upper()) for pattern in patterns)
 
 
+def login_shell(environment_info: Mapping[str, Any]) -> str | None:
+    """The shell the host announces (``environment/info``'s ``shell.path``), if any."""
+    shell = environment_info.get("shell")
+    path = shell.get("path") if isinstance(shell, Mapping) else None
+    return path if isinstance(path, str) and path else None
+
+
 def child_environment(
+    server_env: Mapping[str, str],
+    env: Mapping[str, str],
+    policy: EnvPolicy | None,
+    *,
+    terminal_shell: str | None = None,
+) -> dict[str, str]:
+    """``terminal_shell``: for a child on a terminal, the SHELL it gets if it would have none
+    (see the module); None for a child without one."""
+    result = _policy_environment(server_env, env, policy)
+    if terminal_shell is not None and "SHELL" not in result:
+        result["SHELL"] = terminal_shell
+    return result
+
+
+def _policy_environment(
     server_env: Mapping[str, str], env: Mapping[str, str], policy: EnvPolicy | None
 ) -> dict[str, str]:
     if policy is None:

@@ -269,6 +269,44 @@ def test_off_loopback_still_needs_a_token(certs: Certs) -> None:
     assert done.returncode == 2 and "without --auth-token-file" in done.stderr, done
 
 
+# An embedded server with a gate of 4 connections in their upgrade and a long handshake timeout.
+GATED = """\
+import sys
+from execproto import Config
+from execproto.adapters import _tls, asyncio
+context = _tls.server_context(sys.argv[1], sys.argv[2])
+asyncio.run("wss://127.0.0.1:0", config=Config(max_upgrading=4, handshake_timeout=60),
+            tls=context, ready=lambda url: print(url, flush=True))
+"""
+
+
+def test_connections_in_their_tls_handshake_count_in_the_upgrade_gate(certs: Certs) -> None:
+    """Past the gate's 4, the oldest connection still in its TLS handshake makes room: silent
+    connections cannot keep a good client out, long before the handshake timeout."""
+    server = subprocess.Popen([sys.executable, "-c", GATED, str(certs.cert), str(certs.key)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    url = server.stdout.readline().strip()
+    try:
+        assert url.startswith("wss://127.0.0.1:"), server.communicate(timeout=20)
+        port = int(url.rsplit(":", 1)[1])
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+        time.sleep(0.2)  # older than the gate's spare 0.05 s
+        code, out, _ = client.run(url, ["echo", "in"], ca_file=certs.ca, timeout=30)
+        assert (code, out) == (0, b"in\n")
+        # The four that came while the first four were younger than the spare were closed at
+        # once; the client's connection pushed out the oldest of the first four.
+        assert sum(_closed_within(sock, 5) for sock in silent) >= 5
+        for sock in silent:
+            sock.close()
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=20)
+    assert server.returncode == 0 and "Traceback" not in err, err
+    assert "refused: 4 connections in their upgrade" in err, err
+
+
 def test_a_slow_handshake_holds_no_slot_for_long(certs: Certs) -> None:
     """Connections stuck in their TLS handshake count as upgrades: past the handshake timeout
     they are closed, and a good client still gets in while many of them wait."""

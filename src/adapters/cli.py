@@ -58,6 +58,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def _directory(given: str) -> str:
+    """An absolute path to an existing directory, for --path-prepend."""
+    if not (os.path.isabs(given) and os.path.isdir(given)):
+        raise argparse.ArgumentTypeError(f"{given} is not an absolute path to a directory")
+    return given
+
+
 def _version() -> str:
     from importlib import metadata  # slow to import (~20 ms), and only --version asks
 
@@ -168,6 +175,9 @@ def _parser(exec_options: bool = True) -> _Parser:
                             "a file in the current directory)")
     serve.add_argument("--fs-root", action="append", default=[], metavar="DIR",
                        help="confine every fs/* path to DIR (after resolving symlinks); repeatable")
+    serve.add_argument("--path-prepend", type=_directory, action="append", default=[],
+                       metavar="DIR", help="announce DIR (prependPathDirs) for the client to put "
+                       "at the front of PATH for the commands it runs; repeatable")
     serve.add_argument("--ping-interval", type=float, default=30.0, metavar="SECONDS",
                        help="seconds between websocket pings (default %(default)s)")
     serve.add_argument("--handshake-timeout", type=float, default=Config().handshake_timeout,
@@ -294,6 +304,7 @@ def _serve(args: argparse.Namespace) -> int:
         handshake_timeout=args.handshake_timeout,
         send_timeout=args.send_timeout,
         max_connections=args.max_connections,
+        path_prepend=args.path_prepend,
     )
     _fit_descriptors(config)
     bound = False

@@ -1,5 +1,6 @@
-import sys
+"""``python -m execproto.adapters``: the same command line as ``execproto``, through the same
+entry (a Ctrl-C while it starts ends it quietly)."""
 
-from .cli import main
+from ._entry import main
 
-sys.exit(main())
+raise SystemExit(main())

@@ -68,6 +68,16 @@ def server(adapter: str) -> Iterator[Server]:
     assert "Traceback" not in log, log
 
 
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[Server]:
+    """One asyncio server for a whole module whose tests are about the client, not the server."""
+    running = Server("asyncio", "--log-level", "warning")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
 @pytest.fixture
 def client(server: Server) -> Iterator[Client]:
     c = server.client()

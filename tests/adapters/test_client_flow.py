@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -31,13 +30,9 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    server = Server("asyncio", "--log-level", "warning")
-    try:
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def server(shared_server: Server) -> Server:
+    return shared_server
 
 
 def zeros(size: int) -> list[str]:

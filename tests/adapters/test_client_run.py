@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -12,13 +11,9 @@ from execproto.adapters.client import RemoteError, run
 from .conftest import Server
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    server = Server("asyncio", "--log-level", "warning")
-    try:
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def server(shared_server: Server) -> Server:
+    return shared_server
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

@@ -61,10 +61,10 @@ class Config:
     # here ("linuxSeccomp" for bubblewrap, which is what the client knows it by), or "none"
     # when nothing can, and then a request for a sandbox is refused.
     sandbox_type: str = "none"
-    # Directories the client is to put at the front of PATH for the commands it runs (the
-    # operator's `--path-prepend`, absolute paths): announced as `prependPathDirs` in the
-    # environment info. The server itself leaves a process's PATH as the request gives it, as
-    # the reference does; the client (Codex) prepends them.
+    # Directories at the front of PATH for the commands processes run (the operator's
+    # `--path-prepend`, absolute paths): announced as `prependPathDirs` in the environment info,
+    # and put before the server's own PATH where an env policy inherits it, as the reference does
+    # with its own (see `inherited_environment`).
     path_prepend: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # a list from a trace
 
 
@@ -90,3 +90,15 @@ def announced_environment(config: Config, host: Host) -> dict[str, Any]:
     dirs = [uri_from_path(path) for path in config.path_prepend]
     return {**host.environment_info, "prependPathDirs": dirs}
 
+
+def inherited_environment(config: Config, host: Host) -> dict[str, str]:
+    """The server's environment as env policies inherit it: the host's, with the operator's
+    PATH directories before its PATH. The reference's own (its bundled `rg`, the `apply_patch`
+    alias) lead the PATH its processes inherit so, and the Codex CLI (0.171.0, probed) relies on
+    that: it does not put `prependPathDirs` on PATH itself. A PATH in a request's env is left as
+    given. Idempotent, since a trace records the result and its replay comes through here too."""
+    prefix = ":".join(config.path_prepend)
+    path = host.env.get("PATH", "")
+    if not prefix or path == prefix or path.startswith(prefix + ":"):
+        return host.env
+    return {**host.env, "PATH": f"{prefix}:{path}" if path else prefix}

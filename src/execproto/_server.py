@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from . import _descriptors, _fs_params, _host_params, _jsonrpc, _params
-from ._config import Config, Host, announced_environment
+from ._config import Config, Host, announced_environment, inherited_environment
 from ._errors import (
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
@@ -131,8 +131,10 @@ class ServerCore(ProcessHandlers, WatchHandlers):
     def __init__(self, config: Config | None = None, host: Host | None = None) -> None:
         config = config or Config()
         host = host or Host()
-        # What initialize and environment/info announce: the host's facts and the operator's.
-        host = attrs.evolve(host, environment_info=announced_environment(config, host))
+        # What initialize and environment/info announce, and what env policies inherit: the
+        # host's, with the operator's PATH directories.
+        host = attrs.evolve(host, environment_info=announced_environment(config, host),
+                            env=inherited_environment(config, host))
         super().__init__(config, host)
         self._shutting_down = False
         self._error: BaseException | None = None

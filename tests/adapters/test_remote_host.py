@@ -1,10 +1,10 @@
 """What the real client expects of a remote host, beside the reference (codex 0.171.0).
 
-Four things the Codex CLI saw differ: the directories the server names for the front of PATH
-(`prependPathDirs`), the exit code of a terminal's process killed by a signal, SHELL on a
-terminal when the env policy dropped it, and a terminal's `cwd` that is a file. Where execproto
-keeps its own behaviour (docs/protocol.md, "Where execproto differs on purpose"), the test pins
-both sides, so the difference stays a documented one.
+Four things the Codex CLI saw differ: the directories the server puts at the front of the PATH
+its processes inherit and names in `prependPathDirs`, the exit code of a terminal's process
+killed by a signal, SHELL on a terminal when the env policy dropped it, and a terminal's `cwd`
+that is a file. Where execproto keeps its own behaviour (docs/protocol.md, "Where execproto
+differs on purpose"), the test pins both sides, so the difference stays a documented one.
 """
 
 from __future__ import annotations
@@ -53,8 +53,11 @@ def run(c: Client, process_id: str, argv: list[str], **extra: Any) -> tuple[dict
 # -- prependPathDirs ------------------------------------------------------------------------------
 
 
-def test_path_prepend_is_announced_and_path_left_to_the_client(adapter: str,
-                                                               tmp_path: Path) -> None:
+SHOW_PATH = ["/bin/sh", "-c", 'printf %s "$PATH"']
+
+
+def test_path_prepend_is_announced_and_leads_the_inherited_path(adapter: str,
+                                                                tmp_path: Path) -> None:
     first, second = tmp_path / "tools", tmp_path / "more tools"
     first.mkdir()
     second.mkdir()
@@ -66,9 +69,11 @@ def test_path_prepend_is_announced_and_path_left_to_the_client(adapter: str,
         wanted = [uri(first), uri(second)]
         assert init["environmentInfo"]["prependPathDirs"] == wanted
         assert c.result("environment/info", {})["prependPathDirs"] == wanted
-        # The client prepends them; the server runs what the request says, as the reference does.
-        out, code = run(c, "p", ["/bin/sh", "-c", 'printf %s "$PATH"'],
-                        env={"PATH": "/usr/bin:/bin"})
+        # What the Codex CLI sends: a policy and no PATH. The directories lead the inherited one.
+        out, code = run(c, "i", SHOW_PATH, env={}, envPolicy=POLICY)
+        assert (out.get("stdout"), code) == (f"{first}:{second}:{os.environ['PATH']}".encode(), 0)
+        # A PATH the request gives stands as given, as under the reference.
+        out, code = run(c, "p", SHOW_PATH, env={"PATH": "/usr/bin:/bin"})
         assert (out.get("stdout"), code) == (b"/usr/bin:/bin", 0)
     finally:
         server.stop()
@@ -83,13 +88,18 @@ def test_without_path_prepend_the_list_is_empty(adapter: str) -> None:
 
 
 @needs_reference
-def test_the_reference_names_file_uris_and_leaves_path_alone(reference: Any) -> None:
+def test_the_reference_puts_its_directories_before_the_inherited_path(reference: Any) -> None:
     c = reference.client()
-    dirs = c.result("environment/info", {})["prependPathDirs"]
-    assert dirs and all(d.startswith("file:///") and os.path.isdir(d[len("file://"):])
-                        for d in dirs), dirs
-    out, code = run(c, "p", ["/bin/sh", "-c", 'printf %s "$PATH"'], env={"PATH": "/usr/bin:/bin"})
-    assert (out.get("stdout"), code) == (b"/usr/bin:/bin", 0)
+    dirs = [d[len("file://"):] for d in c.result("environment/info", {})["prependPathDirs"]]
+    assert dirs and all(os.path.isdir(d) for d in dirs), dirs
+    out, _ = run(c, "i", SHOW_PATH, env={}, envPolicy=POLICY)
+    inherited = out["stdout"].decode()
+    # Its apply_patch alias directory comes first, then the announced ones, then its own PATH.
+    assert inherited.endswith(":" + os.environ["PATH"]), inherited
+    entries = inherited.split(":")
+    assert all(d in entries[:len(dirs) + 1] for d in dirs), inherited
+    out, _ = run(c, "p", SHOW_PATH, env={"PATH": "/usr/bin:/bin"})
+    assert out.get("stdout") == b"/usr/bin:/bin"
 
 
 @pytest.mark.parametrize("given", ["relative/dir", "/does/not/exist", "FILE"])

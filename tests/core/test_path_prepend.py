@@ -1,11 +1,17 @@
-"""The operator's `--path-prepend` directories, announced as `prependPathDirs`.
+"""The operator's `--path-prepend` directories: announced, and leading the inherited PATH.
 
-The reference names its own directories there (its bundled `rg`) as file URIs in the
-environment info of both `initialize` and `environment/info`; the client puts them at the front
-of PATH for the commands it runs. The server leaves a process's PATH as the request gives it.
+The reference names its own directories (its bundled `rg`) as file URIs in `prependPathDirs`, in
+the environment info of both `initialize` and `environment/info`, and they (with its
+`apply_patch` alias) lead the PATH its processes inherit through an env policy; a PATH in the
+request's env stands as given. The Codex CLI sends an env policy and no PATH, and does not
+prepend the announced directories itself (probed with 0.171.0).
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+import pytest
 
 from execproto import Config, Host, Spawn
 
@@ -40,3 +46,35 @@ def test_the_server_leaves_path_as_the_request_gives_it() -> None:
     h.start(1, "p", ["true"], env={"PATH": "/usr/bin:/bin"})
     (spawn,) = h.of_type(Spawn)
     assert dict(spawn.spec.env) == {"PATH": "/usr/bin:/bin"}
+
+
+POLICY = {"inherit": "all", "ignoreDefaultExcludes": False, "exclude": [], "set": {},
+          "includeOnly": []}
+
+
+def spawned_path(config: Config, server_path: str | None, **start: Any) -> str | None:
+    env = {} if server_path is None else {"PATH": server_path}
+    h = Harness(config, Host(environment_info=INFO, env={"HOME": "/h", **env}))
+    h.connect()
+    h.handshake()
+    h.start(1, "p", ["true"], env={}, **start)
+    (spawn,) = h.of_type(Spawn)
+    h.assert_replays()  # the trace holds the PATH made here, and its replay makes no other
+    return dict(spawn.spec.env).get("PATH")
+
+
+TOOLS = Config(path_prepend=["/opt/tools/bin", "/opt/more"])
+
+
+@pytest.mark.parametrize("inherit", ["all", "core"])
+def test_the_directories_lead_the_path_a_policy_inherits(inherit: str) -> None:
+    policy = {**POLICY, "inherit": inherit}
+    wanted = "/opt/tools/bin:/opt/more:/usr/bin:/bin"
+    assert spawned_path(TOOLS, "/usr/bin:/bin", envPolicy=policy) == wanted
+    assert spawned_path(TOOLS, None, envPolicy=policy) == "/opt/tools/bin:/opt/more"
+    assert spawned_path(Config(), "/usr/bin:/bin", envPolicy=policy) == "/usr/bin:/bin"
+
+
+def test_nothing_inherited_nothing_prepended() -> None:
+    assert spawned_path(TOOLS, "/usr/bin", envPolicy={**POLICY, "inherit": "none"}) is None
+    assert spawned_path(TOOLS, "/usr/bin") is None  # no policy: exactly the request's env

@@ -176,8 +176,8 @@ def _parser(exec_options: bool = True) -> _Parser:
     serve.add_argument("--fs-root", action="append", default=[], metavar="DIR",
                        help="confine every fs/* path to DIR (after resolving symlinks); repeatable")
     serve.add_argument("--path-prepend", type=_directory, action="append", default=[],
-                       metavar="DIR", help="announce DIR (prependPathDirs) for the client to put "
-                       "at the front of PATH for the commands it runs; repeatable")
+                       metavar="DIR", help="put DIR before the PATH processes inherit, and "
+                       "name it in prependPathDirs; repeatable")
     serve.add_argument("--ping-interval", type=float, default=30.0, metavar="SECONDS",
                        help="seconds between websocket pings (default %(default)s)")
     serve.add_argument("--handshake-timeout", type=float, default=Config().handshake_timeout,

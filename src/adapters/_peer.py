@@ -114,6 +114,7 @@ class Gate:
         self.send_timeout = config.send_timeout
         self.limit = config.max_upgrading
         self.upgrading: dict[WsPeer, float] = {}  # oldest first: peer -> when it arrived
+        self.draining = False  # the server is draining: /readyz and upgrades answer 503
 
     def admit(self, now: float) -> bool:
         """Whether a new connection may begin its upgrade; if not, close it at once."""
@@ -270,7 +271,8 @@ class WsPeer(Peer):
         self._send_timeout = gate.send_timeout
         self._stuck_since: Callable[[], None] | None = None  # cancels the send timeout
         self._unanswered = 0  # our pings since the last pong
-        self._socket = ServerSocket(token=token, metrics=lambda: _metrics.render(driver.core))
+        self._socket = ServerSocket(token=token, metrics=lambda: _metrics.render(driver.core),
+                                    draining=lambda: gate.draining)
         self._label = label
         self._gate: Gate | None = gate  # until the upgrade is done or the connection gone
         self.refusing = False  # a wrong token's answer is waiting for AUTH_DELAY

@@ -4,13 +4,14 @@ loop makes different: how bytes move, how the stop is heard and how it waits for
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from execproto import Config, ServerCore
+from execproto import Config, Drain, ServerCore
 from execproto._trace import Recorder
 
 from ._driver import Driver, Loop
@@ -23,7 +24,10 @@ from .backends import Backend, LocalBackend, check_sandbox_type
 if TYPE_CHECKING:
     import ssl
 
+log = logging.getLogger("execproto")
 PING_INTERVAL = 30.0
+# Seconds a drain waits after the last process is finalized, so the answers that woke are sent.
+LINGER = 0.25
 
 
 @attrs.frozen(kw_only=True)
@@ -43,6 +47,9 @@ class Options:
       sandboxed requests where it can run).
     - ``tls``: the `ssl.SSLContext` (server side) of a ``wss://`` address, which needs one
       (`_tls.server_context` makes one from PEM files); unused by ``ws://``.
+    - ``drain_grace``: seconds a drain (the first SIGTERM or SIGINT of ``execproto serve``, or
+      an embedder's ``drain``) waits for the running processes to finish before the server
+      stops; 0, the default, stops at once.
     - ``tune_heap``: raise glibc's mmap and trim thresholds for the whole process, so output
       buffers stay in the heap (measured: half the CPU of a fast stream went to page faults
       without), and hand free heap memory back every 2 s from the loop. Off by default: it
@@ -60,6 +67,7 @@ class Options:
     backend: Backend | None = None
     tune_heap: bool = False
     tls: ssl.SSLContext | None = None
+    drain_grace: float = 0.0
 
     @classmethod
     def of(cls, options: Options | None, keywords: dict[str, Any]) -> Options:
@@ -131,6 +139,43 @@ class Server:
         if self.options.ready is not None:
             bound = self._acceptor.address if self._acceptor is not None else None
             self.options.ready(self.where.describe(bound))
+
+    def drain(self, done: Callable[[], None]) -> None:
+        """Begin a graceful stop, on the loop: /readyz and new upgrades answer 503, the core
+        starts no new process, and every connection goes on, so running processes finish and
+        their output is read. ``done`` (the adapter's stop) is called once, when the last
+        process is finalized or ``drain_grace`` seconds have passed, whichever is first."""
+        grace = self.options.drain_grace
+        if grace <= 0 or self.gate.draining:
+            done()
+            return
+        self.gate.draining = True
+        called = False
+
+        def finish(why: str) -> None:
+            nonlocal called
+            if not called:
+                called = True
+                log.info("drained: %s; stopping", why)
+                done()
+
+        log.info("draining: no new connections or processes; stopping when the last process "
+                 "finishes, or in %g s", grace)
+        loop = self.driver.loop
+        loop.call_at(loop.now() + grace, lambda: finish(f"the {grace:g} s grace ran out"))
+        lingering = False
+
+        def idle() -> None:
+            # The last answers (a read the close woke) go out before the connections close.
+            nonlocal lingering
+            if not lingering:
+                lingering = True
+                loop.call_at(loop.now() + LINGER, lambda: finish("every process has finished"))
+
+        self.driver.on_idle = idle
+        self.driver.feed(Drain())
+        if self.driver.idle:
+            finish("no process was running")
 
     def shut_down(self, idle: Callable[[], None]) -> None:
         """Stop accepting, close every connection and terminate every process; ``idle`` is

@@ -1,8 +1,9 @@
 """WebSocket server glue over wsproto, with no I/O: bytes in, messages and bytes out.
 
 The upgrade request is screened with h11 before wsproto sees it: ``GET /readyz`` and
-``GET /livez`` answer 200, a browser (an ``Origin`` header) gets 403, a missing or wrong bearer
-token 401, ``GET /metrics`` (behind the token) the server's metrics. Only then are the
+``GET /livez`` answer 200 (``/readyz`` 503 while the server drains, and so does an upgrade), a
+browser (an ``Origin`` header) gets 403, a missing or wrong bearer token 401, ``GET /metrics``
+(behind the token) the server's metrics. Only then are the
 buffered bytes handed to wsproto. Outgoing text frames are built here directly: a server frame
 is a two-to-ten byte header and the payload unmasked, and building it ourselves means a large
 payload is never decoded to ``str`` and encoded back.
@@ -64,7 +65,8 @@ class Received:
 
 # Probes any orchestrator may send, with no token: the process answers (/livez), it takes
 # connections (/readyz).
-PROBES = (b"/readyz", b"/livez")
+READY = b"/readyz"
+PROBES = (READY, b"/livez")
 METRICS = b"/metrics"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 
@@ -97,10 +99,13 @@ class ServerSocket:
     """One accepted connection, from the first byte of its HTTP request to the close."""
 
     def __init__(self, token: str | None = None, max_message: int = MAX_MESSAGE,
-                 metrics: Callable[[], bytes] | None = None) -> None:
-        """``metrics``: what ``GET /metrics`` answers (made at each scrape), if any."""
+                 metrics: Callable[[], bytes] | None = None,
+                 draining: Callable[[], bool] = lambda: False) -> None:
+        """``metrics``: what ``GET /metrics`` answers (made at each scrape), if any.
+        ``draining``: whether the server is draining, when /readyz and upgrades answer 503."""
         self._token = token
         self._metrics = metrics
+        self._draining = draining
         self._max_message = max_message
         self._http: h11.Connection | None = h11.Connection(h11.SERVER)
         self._buffered = bytearray()  # the request's bytes, replayed to wsproto once screened
@@ -154,6 +159,8 @@ class ServerSocket:
             return self._refuse(out, 400, b"Bad Request", b"malformed request\n", "bad request")
         headers = {name.lower(): value for name, value in event.headers}
         path = event.target.split(b"?")[0]
+        if path == READY and self._draining():
+            return self._refuse(out, 503, b"Service Unavailable", b"draining\n")
         if path in PROBES:
             return self._refuse(out, 200, b"OK", b"ok\n")
         if b"origin" in headers:
@@ -170,6 +177,9 @@ class ServerSocket:
             out.send += _response(200, b"OK", self._metrics(), METRICS_TYPE)
             self.closed = out.closed = True
             return None
+        if self._draining():
+            return self._refuse(out, 503, b"Service Unavailable",
+                                b"the server is draining before it stops\n", "draining")
         self._http = None
         self._ws = WSConnection(ConnectionType.SERVER)
         buffered, self._buffered = bytes(self._buffered), bytearray()

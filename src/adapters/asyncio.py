@@ -185,9 +185,11 @@ async def serve(
     options: Options | None = None,
     *,
     stop: asyncio.Event | None = None,
+    drain: asyncio.Event | None = None,
     **keywords: Any,
 ) -> None:
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
+    Setting ``drain`` first stops gracefully: see `Server.drain` and ``drain_grace``.
 
     ``options`` (an `Options`), or its fields as keywords, say the rest. Every process the
     server started is terminated and finalized before this returns. If the core fails (a bug),
@@ -216,7 +218,7 @@ async def serve(
         server.listen(lambda sock, label: _WsConnection(loop, sock, label, server))
     server.announce()
     try:
-        await stop.wait()
+        await _until_stopped(server, stop, drain or asyncio.Event())
     finally:
         idle = asyncio.Event()
         server.shut_down(idle.set)
@@ -224,6 +226,19 @@ async def serve(
         if stdio is not None:
             await _flush_stdout(*stdio)
     server.finish()
+
+
+async def _until_stopped(server: Server, stop: asyncio.Event, drain: asyncio.Event) -> None:
+    stopped = asyncio.ensure_future(stop.wait())
+    drained = asyncio.ensure_future(drain.wait())
+    try:
+        await asyncio.wait((stopped, drained), return_when=asyncio.FIRST_COMPLETED)
+        if not stop.is_set():
+            server.drain(stop.set)
+            await stopped
+    finally:
+        stopped.cancel()
+        drained.cancel()
 
 
 async def _flush_stdout(fds: StdioFds, transport: asyncio.WriteTransport,
@@ -242,11 +257,11 @@ def run(listen: str, **options: Any) -> None:
     """Serve in a fresh event loop until SIGTERM or SIGINT (the ``execproto serve`` command)."""
 
     async def main() -> None:
-        stop = asyncio.Event()
+        stop, drain = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        await serve(listen, stop=stop, **options)
+        for signum in (signal.SIGTERM, signal.SIGINT):  # the first drains, the second stops
+            loop.add_signal_handler(signum, lambda: (stop if drain.is_set() else drain).set())
+        await serve(listen, stop=stop, drain=drain, **options)
 
     try:
         asyncio.run(main())

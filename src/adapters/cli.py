@@ -155,6 +155,11 @@ def _parser(exec_options: bool = True) -> _Parser:
     serve.add_argument("--retention-bytes", type=int, default=Config().retention_bytes,
                        metavar="BYTES",
                        help="newest output bytes kept per process (default %(default)s)")
+    serve.add_argument("--drain-grace", type=_seconds, default=0.0, metavar="SECONDS",
+                       help="on the first SIGTERM or SIGINT, refuse new connections and "
+                       "processes and wait up to this long for the running ones to finish "
+                       "(/readyz answers 503 meanwhile; a second signal stops at once); 0, "
+                       "the default, stops at once")
     serve.add_argument("--kill-grace", type=float, default=Config().kill_grace,
                        metavar="SECONDS",
                        help="seconds between TERM and KILL on terminate (default %(default)s)")
@@ -283,6 +288,17 @@ def tls_warnings(where: Listen, address: str) -> list[str]:
             "clear (use wss:// with --tls-cert and --tls-key)"]
 
 
+def _seconds(text: str) -> float:
+    """A duration on the command line: a number of seconds, not negative."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return value
+
+
 def _serve(args: argparse.Namespace) -> int:
     where, token, tls = _check_serve(args)
     try:
@@ -338,6 +354,7 @@ def _serve(args: argparse.Namespace) -> int:
             redact_trace=args.trace_redact,
             tune_heap=True,  # the whole process is ours: see `Options.tune_heap`
             tls=tls,
+            drain_grace=args.drain_grace,
         )
     except BaseException as exc:
         problem = None if bound or where.stdio else _listen_problem(exc)

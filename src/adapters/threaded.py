@@ -416,9 +416,11 @@ def serve(
     options: Options | None = None,
     *,
     stop: threading.Event | None = None,
+    drain: threading.Event | None = None,
     **keywords: Any,
 ) -> None:
     """Serve on this thread until ``stop`` is set (or, for stdio, stdin ends); then shut down.
+    Setting ``drain`` first stops gracefully: see `Server.drain` and ``drain_grace``.
 
     ``options`` (an `Options`), or its fields as keywords, say the rest. Every process the
     server started is terminated and finalized before this returns. If the core fails (a bug),
@@ -435,6 +437,17 @@ def serve(
         loop.post(stopping.set)
 
     threading.Thread(target=relay_stop, daemon=True).start()
+    if drain is not None:
+        heard = drain
+
+        def relay_drain() -> None:
+            heard.wait()
+            try:
+                loop.post(partial(server.drain, stopping.set))
+            except Exception:  # noqa: BLE001 - the loop is gone: the server stopped anyway
+                pass
+
+        threading.Thread(target=relay_drain, daemon=True).start()
     if server.where.stdio:
         stdin, stdout = os.dup(0), os.dup(1)
 
@@ -491,11 +504,11 @@ def _open(loop: _Loop, server: Server, sock: socket.socket, label: str) -> None:
 
 def run(listen: str, **options: Any) -> None:
     """Serve on the main thread until SIGTERM or SIGINT (``execproto serve --adapter threads``)."""
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop, drain = threading.Event(), threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # the first drains, the second stops
+        signal.signal(signum, lambda *_: (stop if drain.is_set() else drain).set())
     try:
-        serve(listen, stop=stop, **options)
+        serve(listen, stop=stop, drain=drain, **options)
     except CoreFailed:
         raise SystemExit(1) from None  # logged already, with its traceback
     finally:

@@ -204,9 +204,11 @@ async def serve(
     options: Options | None = None,
     *,
     stop: trio.Event | None = None,
+    drain: trio.Event | None = None,
     **keywords: Any,
 ) -> None:
     """Serve until ``stop`` is set (or, for stdio, until stdin ends), then shut down cleanly.
+    Setting ``drain`` first stops gracefully: see `Server.drain` and ``drain_grace``.
 
     ``options`` (an `Options`), or its fields as keywords, say the rest. Every process the
     server started is terminated and finalized before this returns. If the core fails (a bug),
@@ -263,6 +265,14 @@ async def serve(
             # Connections run in this nursery, so they outlive the listener to hear the stop.
             server.listen(websocket)
         server.announce()
+        if drain is not None:
+            heard = drain
+
+            async def on_drain() -> None:
+                await heard.wait()
+                server.drain(stop.set)
+
+            nursery.start_soon(on_drain)
         await stop.wait()
         idle = trio.Event()
         server.shut_down(idle.set)
@@ -280,18 +290,20 @@ def run(listen: str, **options: Any) -> None:
 
     async def main() -> None:
         nonlocal failed
-        stop = trio.Event()
+        stop, drain = trio.Event(), trio.Event()
 
-        async def on_signals() -> None:
+        async def on_signals() -> None:  # the first drains, the second stops
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
-                    stop.set()
-                    return
+                    if drain.is_set():
+                        stop.set()
+                        return
+                    drain.set()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(on_signals)
             try:
-                await serve(listen, stop=stop, **options)
+                await serve(listen, stop=stop, drain=drain, **options)
             except CoreFailed:
                 failed = True  # logged already, with its traceback
             nursery.cancel_scope.cancel()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _descriptors, _params, _sandbox
-from ._env import child_environment
+from ._env import child_environment, login_shell
 from ._errors import (
     LocalProtocolError,
     RpcError,
@@ -84,7 +84,8 @@ class ProcessHandlers(CoreState):
         if p.process_id in session.processes:
             raise invalid_request(f"process {p.process_id} already exists")
         self._check_process_limits(session)
-        env = child_environment(self.host.env, p.env, p.env_policy)
+        shell = login_shell(self.host.environment_info) if p.tty else None
+        env = child_environment(self.host.env, p.env, p.env_policy, terminal_shell=shell)
         sandbox = self._sandbox_for(p, env)
         handle = self._next_proc
         self._next_proc += 1

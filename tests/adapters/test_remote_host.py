@@ -197,12 +197,7 @@ def test_the_reference_gives_a_terminal_shell_the_policy_dropped(reference: Any)
     assert out.get("stdout") == b"[unset]", out
 
 
-@pytest.mark.parametrize("tty", [
-    pytest.param(True, marks=pytest.mark.xfail(
-        strict=True, reason="child_environment(terminal_shell=...) is not yet passed at start "
-        "(src/execproto/_processes.py)")),
-    False,
-])
+@pytest.mark.parametrize("tty", [True, False])
 def test_a_terminal_gets_shell_the_policy_dropped(adapter: str, tty: bool) -> None:
     server = Server(adapter, "--log-level", "warning")
     try:

@@ -28,7 +28,7 @@ from execproto import (
 )
 
 from . import _metrics
-from ._ws import ServerSocket, plain_http_refusal, text_frame_header
+from ._ws import ServerSocket, Token, plain_http_refusal, text_frame_header
 
 if TYPE_CHECKING:
     import ssl
@@ -247,7 +247,7 @@ class Peer:
 
 class WsPeer(Peer):
     def __init__(
-        self, driver: Driver, write: Write, hang_up: Callable[[], None], token: str | None,
+        self, driver: Driver, write: Write, hang_up: Callable[[], None], token: Token,
         gate: Gate, label: str, abort: Callable[[], None], ping_interval: float,
         tls: ssl.SSLContext | None = None,
     ) -> None:

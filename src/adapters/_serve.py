@@ -36,7 +36,8 @@ class Options:
     given to ``serve`` as a keyword of its own (``serve(listen, ready=print, stop=stop)``).
 
     - ``config``: the core's `Config` (limits, timeouts, the sandbox floor).
-    - ``token``: the bearer token every websocket client must send, if any.
+    - ``token``: the bearer token every websocket client must send, if any; or a function
+      that gives the token of the moment (``execproto serve`` re-reads its token file).
     - ``trace``: called with each line of a replayable trace (one JSON line per core call).
     - ``redact_trace``: the trace with process output and stdin replaced by filler.
     - ``ready``: called with the bound address (``ws://IP:PORT``, or ``stdio``) once clients
@@ -58,7 +59,7 @@ class Options:
     """
 
     config: Config | None = None
-    token: str | None = None
+    token: str | Callable[[], str] | None = None
     trace: Callable[[str], None] | None = None
     redact_trace: bool = False
     ready: Callable[[str], None] | None = None

@@ -71,6 +71,19 @@ METRICS = b"/metrics"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 
 
+# The bearer token: fixed, of the moment, or none.
+Token = str | Callable[[], str] | None
+
+
+def _authorized(header: bytes, token: str) -> bool:
+    expected = b"Bearer " + token.encode()
+    # The scheme's name is case-insensitive (RFC 7235), and one or more spaces end it.
+    scheme, _, credentials = header.strip().partition(b" ")
+    right_scheme = scheme.lower() == b"bearer"
+    # Constant time, so the answer's timing says nothing about how much of a guess was right.
+    return hmac.compare_digest(b"Bearer " + credentials.lstrip(b" "), expected) and right_scheme
+
+
 def _response(status: int, reason: bytes, body: bytes, content_type: str = "text/plain"
               ) -> bytes:
     conn = h11.Connection(h11.SERVER)
@@ -98,10 +111,12 @@ def plain_http_refusal() -> bytes:
 class ServerSocket:
     """One accepted connection, from the first byte of its HTTP request to the close."""
 
-    def __init__(self, token: str | None = None, max_message: int = MAX_MESSAGE,
+    def __init__(self, token: Token = None, max_message: int = MAX_MESSAGE,
                  metrics: Callable[[], bytes] | None = None,
                  draining: Callable[[], bool] = lambda: False) -> None:
-        """``metrics``: what ``GET /metrics`` answers (made at each scrape), if any.
+        """``token``: the bearer token every upgrade (and /metrics) needs, or a function giving
+        the token of the moment (`_token.TokenFile.current`), or None for none.
+        ``metrics``: what ``GET /metrics`` answers (made at each scrape), if any.
         ``draining``: whether the server is draining, when /readyz and upgrades answer 503."""
         self._token = token
         self._metrics = metrics
@@ -166,9 +181,10 @@ class ServerSocket:
         if b"origin" in headers:
             return self._refuse(out, 403, b"Forbidden", b"browser origins are refused\n",
                                 "a browser origin")
-        if self._token is not None:
+        token = self._token() if callable(self._token) else self._token
+        if token is not None:
             header = headers.get(b"authorization")
-            if header is None or not self._authorized(header):
+            if header is None or not _authorized(header, token):
                 why = "no bearer token" if header is None else "wrong bearer token"
                 self._refuse(out, 401, b"Unauthorized", b"missing or wrong bearer token\n", why)
                 out.delayed = header is not None
@@ -185,15 +201,6 @@ class ServerSocket:
         buffered, self._buffered = bytes(self._buffered), bytearray()
         self._frames(buffered, out)
         return None
-
-    def _authorized(self, header: bytes) -> bool:
-        assert self._token is not None
-        expected = b"Bearer " + self._token.encode()
-        # The scheme's name is case-insensitive (RFC 7235), and one or more spaces end it.
-        scheme, _, credentials = header.strip().partition(b" ")
-        right_scheme = scheme.lower() == b"bearer"
-        # Constant time, so the answer's timing says nothing about how much of a guess was right.
-        return hmac.compare_digest(b"Bearer " + credentials.lstrip(b" "), expected) and right_scheme
 
     def _refuse(self, out: Received, status: int, reason: bytes, body: bytes,
                 why: str | None = None) -> None:

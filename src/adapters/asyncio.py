@@ -253,14 +253,16 @@ async def _flush_stdout(fds: StdioFds, transport: asyncio.WriteTransport,
     fds.finish()
 
 
-def run(listen: str, **options: Any) -> None:
-    """Serve in a fresh event loop until SIGTERM or SIGINT (the ``execproto serve`` command)."""
+def run(listen: str, on_hangup: Callable[[], None] = lambda: None, **options: Any) -> None:
+    """Serve in a fresh event loop until SIGTERM or SIGINT (the ``execproto serve`` command);
+    SIGHUP calls ``on_hangup`` on the loop."""
 
     async def main() -> None:
         stop, drain = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):  # the first drains, the second stops
             loop.add_signal_handler(signum, lambda: (stop if drain.is_set() else drain).set())
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
         await serve(listen, stop=stop, drain=drain, **options)
 
     try:

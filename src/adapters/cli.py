@@ -341,11 +341,24 @@ def _serve(args: argparse.Namespace) -> int:
                          f"pip install 'execproto[{args.adapter}]'") from None
     _warn(args, backend)
     trace_file = _open_trace(args.trace) if args.trace else None
+    token_file = None
+    if token is not None and args.auth_token_file is not None:
+        from ._token import TokenFile
+
+        token_file = TokenFile(args.auth_token_file, token)
+
+    def hang_up() -> None:  # SIGHUP: as sshd and nginx, re-read the configuration, never die
+        if token_file is not None:
+            token_file.reload()
+        else:
+            log.info("SIGHUP: nothing to re-read (no --auth-token-file); serving on")
+
     try:
         adapter.run(
             args.listen,
+            on_hangup=hang_up,
             config=config,
-            token=token,
+            token=token_file.current if token_file is not None else token,
             trace=(lambda line: trace_file.write(line + "\n")) if trace_file else None,
             ready=ready,
             ping_interval=args.ping_interval,

@@ -502,11 +502,13 @@ def _open(loop: _Loop, server: Server, sock: socket.socket, label: str) -> None:
     conn.start(lambda data: peer.received(data, label))
 
 
-def run(listen: str, **options: Any) -> None:
-    """Serve on the main thread until SIGTERM or SIGINT (``execproto serve --adapter threads``)."""
+def run(listen: str, on_hangup: Callable[[], None] = lambda: None, **options: Any) -> None:
+    """Serve on the main thread until SIGTERM or SIGINT (``execproto serve --adapter threads``);
+    SIGHUP calls ``on_hangup`` (on the main thread, which is the owner's)."""
     stop, drain = threading.Event(), threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):  # the first drains, the second stops
         signal.signal(signum, lambda *_: (stop if drain.is_set() else drain).set())
+    signal.signal(signal.SIGHUP, lambda *_: on_hangup())
     try:
         serve(listen, stop=stop, drain=drain, **options)
     except CoreFailed:

@@ -283,8 +283,9 @@ async def serve(
     server.finish()  # out of the nursery, so not wrapped in an exception group
 
 
-def run(listen: str, **options: Any) -> None:
-    """Serve until SIGTERM or SIGINT (``execproto serve --adapter trio``)."""
+def run(listen: str, on_hangup: Callable[[], None] = lambda: None, **options: Any) -> None:
+    """Serve until SIGTERM or SIGINT (``execproto serve --adapter trio``); SIGHUP calls
+    ``on_hangup``."""
 
     failed = False
 
@@ -293,8 +294,12 @@ def run(listen: str, **options: Any) -> None:
         stop, drain = trio.Event(), trio.Event()
 
         async def on_signals() -> None:  # the first drains, the second stops
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT,
+                                           signal.SIGHUP) as signals:
+                async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        on_hangup()
+                        continue
                     if drain.is_set():
                         stop.set()
                         return

@@ -293,9 +293,12 @@ def run(listen: str, on_hangup: Callable[[], None] = lambda: None, **options: An
         nonlocal failed
         stop, drain = trio.Event(), trio.Event()
 
-        async def on_signals() -> None:  # the first drains, the second stops
+        async def on_signals(task_status: trio.TaskStatus[None]) -> None:
+            # The first drains, the second stops. Started before serving, so no signal that
+            # comes once the address is announced meets the default action (SIGHUP's kills).
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT,
                                            signal.SIGHUP) as signals:
+                task_status.started()
                 async for signum in signals:
                     if signum == signal.SIGHUP:
                         on_hangup()
@@ -306,7 +309,7 @@ def run(listen: str, on_hangup: Callable[[], None] = lambda: None, **options: An
                     drain.set()
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(on_signals)
+            await nursery.start(on_signals)
             try:
                 await serve(listen, stop=stop, drain=drain, **options)
             except CoreFailed:

@@ -90,8 +90,9 @@ PREP_WORKERS = 1
 # the other side only sees end-of-file when the line discipline gets ^D.
 END_OF_TERMINAL_INPUT = b"\x04"
 
-# After the core failed: how long the stop waits for the connections' close frames to go out
-# (a client that reads nothing must not hold the server up).
+# How long a stop waits, once every process is finalized, for the connections to take what is
+# queued for them and their close frames (a client that reads nothing must not hold the server
+# up). Also after the core failed.
 CLOSE_WAIT = 1.0
 
 
@@ -173,6 +174,7 @@ class Driver:
         # Whether a periodic release of free heap memory is scheduled; never without tuning.
         self._trimming = not tune_heap
         self._stopping = False
+        self._close_waiting = self._close_waited = False  # see `_check_idle`
         self.on_idle: Callable[[], None] | None = None  # called after a drain leaves it idle
         # What the core raised, after which the driver only stops (see `_core_failed`); the
         # adapter's `on_failure` starts the same stop as SIGTERM does.
@@ -239,8 +241,24 @@ class Driver:
         if not self._trimming:
             self._trimming = True
             self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
-        if self.on_idle is not None and self.idle:
-            self.on_idle()
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        """Tell `on_idle` once every process is finalized; when stopping, once the connections
+        are gone too (what was queued for them sent, and their close frames), or CLOSE_WAIT
+        after the processes."""
+        if self.on_idle is None or not self.idle:
+            return
+        if self._stopping and self.peers and not self._close_waited:
+            if not self._close_waiting:
+                self._close_waiting = True
+                self.loop.call_at(self.loop.now() + CLOSE_WAIT, self._close_wait_over)
+            return
+        self.on_idle()
+
+    def _close_wait_over(self) -> None:
+        self._close_waited = True
+        self._check_idle()
 
     @property
     def idle(self) -> bool:
@@ -626,8 +644,8 @@ class Driver:
         def cleaned(outcome: Any) -> None:
             self._cleanups -= 1
             done(outcome)
-            if self._stopping and self.on_idle is not None and self.idle:
-                self.on_idle()
+            if self._stopping:
+                self._check_idle()
 
         if not token:  # nothing of a sandbox to clean up
             try:

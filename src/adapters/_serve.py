@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("execproto")
 PING_INTERVAL = 30.0
-# Seconds a drain waits after the last process is finalized, so the answers that woke are sent.
-LINGER = 0.25
 
 
 @attrs.frozen(kw_only=True)
@@ -164,16 +162,7 @@ class Server:
                  "finishes, or in %g s", grace)
         loop = self.driver.loop
         loop.call_at(loop.now() + grace, lambda: finish(f"the {grace:g} s grace ran out"))
-        lingering = False
-
-        def idle() -> None:
-            # The last answers (a read the close woke) go out before the connections close.
-            nonlocal lingering
-            if not lingering:
-                lingering = True
-                loop.call_at(loop.now() + LINGER, lambda: finish("every process has finished"))
-
-        self.driver.on_idle = idle
+        self.driver.on_idle = lambda: finish("every process has finished")
         self.driver.feed(Drain())
         if self.driver.idle:
             finish("no process was running")

@@ -140,7 +140,7 @@ class Process:
                 await self._wait()
         finally:
             self._readers -= 1
-            self._client._reader_moved()
+            self._client._stir()
 
     async def communicate(self) -> tuple[bytes, bytes]:
         """Read all the output until the process closes: (stdout, stderr). A terminal's output
@@ -238,7 +238,7 @@ class Process:
         else:  # held until now: read, so the server may drop it
             self._client._release(self.process_id, chunk.seq)
         self._release_room()
-        self._client._reader_moved()
+        self._client._stir()
         return chunk
 
     def _release_room(self) -> None:

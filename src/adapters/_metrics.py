@@ -84,7 +84,7 @@ class _Collector:
                                   value=stats.output_bytes)
         closed = CounterMetricFamily(f"{PREFIX}_connections_closed_by_server",
                                      "Connections the server closed, by why.", labels=["reason"])
-        for reason, count in sorted(stats.refused.items()):
+        for reason, count in sorted(stats.closed_by_server.items()):
             closed.add_metric([reason], count)
         yield closed
 

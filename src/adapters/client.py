@@ -259,9 +259,6 @@ class Client:
     def _release(self, process_id: str, seq: int) -> None:
         self._core.release(process_id, seq)
 
-    def _reader_moved(self) -> None:
-        self._stir()
-
     def _stir(self) -> None:
         self._stirred.set()
 

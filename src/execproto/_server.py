@@ -425,7 +425,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
 
     def _close_connection(self, c: Connection, reason: str, code: int = PROTOCOL_ERROR) -> None:
         c.closing = True
-        self.stats.refusal(CLOSE_NAMES.get(code, str(code)))
+        self.stats.server_closed(CLOSE_NAMES.get(code, str(code)))
         self._emit(CloseConnection(conn=c.conn, code=code, reason=reason))
 
     def _initialize(self, c: Connection, msg_id: Id, p: _params.InitializeParams) -> None:

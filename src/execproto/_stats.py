@@ -58,7 +58,7 @@ class Stats:
         self.process_seconds = Histogram(PROCESS_BUCKETS)
         self.output_bytes = 0
         self.stdin_bytes = 0
-        self.refused: dict[str, int] = {}  # connections the core closed, by reason
+        self.closed_by_server: dict[str, int] = {}  # connections the core closed, by close code
         # conn -> request id -> (method, when it arrived): the requests not yet answered.
         self._pending: dict[int, dict[Any, tuple[str, float]]] = {}
         self._spawned: dict[int, float] = {}  # proc -> when it was spawned
@@ -75,8 +75,8 @@ class Stats:
     def connection_closed(self, conn: int) -> None:
         self._pending.pop(conn, None)  # what it never got an answer to is not counted
 
-    def refusal(self, reason: str) -> None:
-        self.refused[reason] = self.refused.get(reason, 0) + 1
+    def server_closed(self, reason: str) -> None:
+        self.closed_by_server[reason] = self.closed_by_server.get(reason, 0) + 1
 
     def request(self, conn: int, msg_id: Any, method: str, now: float) -> None:
         pending = self._pending.get(conn)

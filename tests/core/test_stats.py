@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from execproto import Drain
 from execproto._stats import Histogram, Stats
 
 from .harness import Harness
@@ -80,3 +81,13 @@ def test_a_histogram_counts_each_observation_in_its_bucket_cumulatively() -> Non
         histogram.observe(value)
     assert histogram.cumulative() == [(0.1, 2), (1.0, 3), (float("inf"), 4)]
     assert (histogram.count, histogram.sum) == (4, 7.65)
+
+
+def test_connections_the_server_closes_are_counted_by_close_code() -> None:
+    h = Harness()
+    h.connect(1)
+    h.send(1, {"jsonrpc": "2.0", "method": "initialized", "params": {}})  # before initialize
+    h.connect(2)
+    h.feed(Drain())
+    h.connect(3)
+    assert stats_of(h).closed_by_server == {"protocol_error": 1, "going_away": 1}

@@ -46,8 +46,11 @@ def run(c: Client, process_id: str, argv: list[str], **extra: Any) -> tuple[dict
     reply = start(c, process_id, argv, **extra)
     assert "result" in reply, reply
     events = c.events_until_closed(process_id)
-    codes = [n["params"]["exitCode"] for n in events if n["method"] == "process/exited"]
-    return output_of(events), codes[0] if codes else None
+    # From a read, not the process/exited notification: the reference sometimes sends that
+    # one after process/closed (seen under load), where the events above stop.
+    read = c.call("process/read", {"processId": process_id, "afterSeq": 0})["result"]
+    assert read["closed"], read
+    return output_of(events), read["exitCode"]
 
 
 # -- prependPathDirs ------------------------------------------------------------------------------

@@ -94,6 +94,8 @@ END_OF_TERMINAL_INPUT = b"\x04"
 # queued for them and their close frames (a client that reads nothing must not hold the server
 # up). Also after the core failed.
 CLOSE_WAIT = 1.0
+# The spawn failures that say the client named a program it cannot run (logged as info).
+CLIENTS_SPAWN_FAILURES = ("spawnNotFound", "spawnPermissionDenied")
 
 
 def _ignore(result: Any) -> None:
@@ -324,7 +326,7 @@ class Driver:
         a pause, stdin) are only logged; the process's own events still come."""
         why = f"{type(exc).__name__}: {exc}"
         if isinstance(action, Spawn) and action.proc not in self._children:
-            self.feed(SpawnFailed(proc=action.proc, error=why))
+            self._spawn_failed(action, SpawnFailed(proc=action.proc, error=why))
         elif isinstance(action, Spawn):  # spawned, but not watched: it must not run unseen
             self._children[action.proc].signal_group("KILL")
         elif isinstance(action, RunFs):
@@ -398,7 +400,8 @@ class Driver:
         try:
             place = self._tree.place(action.proc)
         except OSError as exc:  # out of cgroups, or of memory
-            self.feed(SpawnFailed(proc=action.proc, error=_posix.os_error_text(exc)))
+            self._spawn_failed(action, SpawnFailed(proc=action.proc,
+                                                   error=_posix.os_error_text(exc)))
             return
         if action.spec.sandbox is None:  # nothing slow to prepare: spawned at once
             self._spawned(action, self._launch(action, place))
@@ -443,7 +446,7 @@ class Driver:
         self._tokens[action.proc] = prepared.token
         if not isinstance(child, _posix.Child):  # the spawn failed
             self._tree.finished(action.proc)
-            self.feed(self._spawn_failure(action, prepared, child))
+            self._spawn_failed(action, self._spawn_failure(action, prepared, child))
             return
         self._children[action.proc] = child
         request = action.spec
@@ -480,6 +483,19 @@ class Driver:
         else:  # a bug in the backend: the start still gets its answer
             log.error("preparing process %d failed", action.proc, exc_info=exc)
             failed = SpawnFailed(proc=action.proc, error=f"{type(exc).__name__}: {exc}")
+        self._spawn_failed(action, failed)
+
+    def _spawn_failed(self, action: Spawn, failed: SpawnFailed) -> None:
+        """Tell the core, and the operator: a program the client named that is missing or not
+        executable is the client's business (info); anything else (a sandbox that cannot be
+        enforced, the host out of descriptors or memory, the backend's own command) is the
+        operator's (warning)."""
+        spec = action.spec
+        why = "refused" if failed.refused else failed.kind
+        level = logging.INFO if why in CLIENTS_SPAWN_FAILURES else logging.WARNING
+        log.log(level, "process %s did not start (%s): %s", spec.process_id, why, failed.error,
+                extra={"fields": {"process": spec.process_id, "session": spec.session_id,
+                                  "program": spec.argv[0], "cwd": spec.cwd, "failure": why}})
         self.feed(failed)
 
     def _watch_output(self, proc: int, stream: Stream) -> None:

@@ -37,6 +37,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+def json_line(level: str, message: str) -> str:
+    """``message`` as one line of the JSON format, for what is said before (or instead of)
+    the logging set-up: a command line that cannot be used."""
+    record = logging.makeLogRecord({"name": "execproto", "levelname": level, "msg": message,
+                                    "levelno": logging.getLevelName(level)})
+    return JsonFormatter().format(record)
+
+
 def set_up(level: str, form: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if form == "json" else logging.Formatter(TEXT_FORMAT))

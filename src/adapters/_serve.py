@@ -145,7 +145,11 @@ class Server:
         their output is read. ``done`` (the adapter's stop) is called once, when the last
         process is finalized or ``drain_grace`` seconds have passed, whichever is first."""
         grace = self.options.drain_grace
-        if grace <= 0 or self.gate.draining:
+        if self.gate.draining:
+            done()
+            return
+        if grace <= 0:
+            log.info("no drain grace (--drain-grace 0): stopping at once")
             done()
             return
         self.gate.draining = True
@@ -172,6 +176,11 @@ class Server:
         called (on the loop) when all of it is done."""
         if self._acceptor is not None:
             self._acceptor.close()
+        held = self._core().gauges()
+        log.info("stopping: closing %d connections (1001), ending %d processes",
+                 held["connections"], held["processes"],
+                 extra={"fields": {"connections": held["connections"],
+                                   "processes": held["processes"]}})
         self.driver.on_idle = idle
         self.driver.shutdown()
 
@@ -180,3 +189,8 @@ class Server:
         is what stopped it. Whatever the processes left running is killed first."""
         self.driver.close()
         self.driver.raise_if_failed()
+        log.info("stopped")
+
+    def _core(self) -> ServerCore:
+        core = self.driver.core
+        return core.core if isinstance(core, Recorder) else core

@@ -135,6 +135,23 @@ class LocalBackend:
                     "(or give --host-network)"]
         return []
 
+    def describe(self) -> str:
+        """What a sandbox is here and who gets one, for the operator's start-up line."""
+        if self._bwrap is None:
+            how = "none can be enforced"
+        else:
+            network = ("shares the host's" if self._host_network
+                       else "gets one of its own through pasta" if self._pasta is not None
+                       else "is refused (no pasta)")
+            how = (f"bubblewrap ({self._bwrap}) with a seccomp filter; one allowed the network "
+                   f"{network}")
+        if self.floor is None:
+            return f"{how}; only the processes that ask for one are sandboxed"
+        rules = ", ".join(f"{rule.access} {rule.path}" for rule in self.floor.rules
+                          if rule.access != "none" or rule.path != "/")
+        network = "network allowed" if self.floor.network else "no network"
+        return f"{how}; every process is sandboxed, at most: {rules}; {network}"
+
     def prepare(self, request: SpawnSpec) -> ExecSpec:
         if request.sandbox is None:
             return ExecSpec(argv=request.argv, env=request.env, cwd=request.cwd,

@@ -52,10 +52,25 @@ class _Parser(argparse.ArgumentParser):
     # The subcommands' parsers, by name: a flag no subcommand knows is reported by the one it
     # was given to, whose --help lists the flags it does take.
     commands: dict[str, argparse.ArgumentParser] = {}
+    # Set by `main` when the command line asks for --log-format json: then an error in the
+    # command line is a JSON line too, for the same log shipper.
+    json_errors = False
 
     def error(self, message: str) -> NoReturn:
         # One line instead of argparse's usage block: what was wrong, and where to look.
-        self.exit(USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(USAGE, _error_line(f"{self.prog}: {message} (see {self.prog} --help)",
+                                     self.json_errors))
+
+
+def _error_line(text: str, as_json: bool) -> str:
+    """A start-up error for stderr: the text as it is, or as a JSON log line."""
+    return (_logs.json_line("ERROR", text) if as_json else text) + "\n"
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """Whether ``argv`` asks for JSON logs, before argparse has read it (or failed to)."""
+    return any(word == "--log-format=json" or argv[at : at + 2] == ["--log-format", "json"]
+               for at, word in enumerate(argv))
 
 
 def _directory(given: str) -> str:
@@ -330,7 +345,11 @@ def _serve(args: argparse.Namespace) -> int:
         bound = True
         if address != "stdio":
             print(address, flush=True)  # the one line on stdout: the bound address
-        log.info("listening on %s", address)
+        security = ("" if address == "stdio" else " (no TLS)" if tls is None
+                    else f" (TLS 1.2 or later, certificate {args.tls_cert})")
+        log.info("listening on %s%s", address, security,
+                 extra={"fields": {"address": address, "tls": tls is not None}})
+        log.info("sandbox: %s", sandbox)
         for warning in tls_warnings(where, address):
             log.warning("%s", warning)
 
@@ -339,7 +358,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"the {args.adapter} adapter needs {exc.name}: "
                          f"pip install 'execproto[{args.adapter}]'") from None
-    _warn(args, backend)
+    sandbox = _sandbox_report(args, backend)
     trace_file = _open_trace(args.trace) if args.trace else None
     token_file = None
     if token is not None and args.auth_token_file is not None:
@@ -434,21 +453,25 @@ def _backend(args: argparse.Namespace) -> Backend | None:
     return backend
 
 
-def _warn(args: argparse.Namespace, backend: Backend | None) -> None:
-    """Say what the backend made by `_backend` cannot enforce here (a --backend of the
-    operator's says nothing). Its probe of bubblewrap, started when it was made, is waited for
-    here: after the event loop's imports."""
+def _sandbox_report(args: argparse.Namespace, backend: Backend | None) -> str:
+    """Warn of what the backend cannot enforce here, and say what a sandbox is here, who gets
+    one and at most what it allows (of a --backend of the operator's, only its name), for the
+    line logged once the server listens. The probe of bubblewrap, started when the backend
+    was made, is waited for here: after the event loop's imports."""
     from . import backends
 
     if args.backend or not isinstance(backend, backends.LocalBackend):
-        return
+        return (f"as the backend {args.backend} does it (sandbox type "
+                f"{getattr(backend, 'sandbox_type', 'none')})")
     try:
         warnings = backend.warnings()
+        described = backend.describe()
     except Exception as exc:  # the probe failed in a way of its own (a bug, or the host)
         log.debug("the backend could not be made", exc_info=True)
         raise UsageError(str(exc)) from None
     for warning in warnings:
         log.warning("%s", warning)
+    return described
 
 
 def _load_backend(spec: str) -> Backend:
@@ -544,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["exec"] and "--" in argv:
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
+    as_json = _Parser.json_errors = _wants_json(argv)
     parser = _parser(exec_options=_command_in(argv) == "exec")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
@@ -556,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except UsageError as error:
-        print(f"{name}: {error}", file=sys.stderr)
+        sys.stderr.write(_error_line(f"{name}: {error}", as_json))
         return USAGE
     except KeyboardInterrupt:
         return 130
@@ -564,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.log_level == "DEBUG":
             log.exception("%s failed", name)
         else:
-            print(f"{name}: internal error: {type(exc).__name__}: {exc} (a bug: please report "
-                  "it; --log-level debug shows the traceback)", file=sys.stderr)
+            sys.stderr.write(_error_line(
+                f"{name}: internal error: {type(exc).__name__}: {exc} (a bug: please report "
+                "it; --log-level debug shows the traceback)", as_json))
         return BUG

@@ -4,6 +4,7 @@ as JSON objects with ``--log-format json``."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .conftest import Server, start
+from .sandboxes import BWRAP_PROBLEM
 from .wsclient import Client
 
 EXEC = [sys.executable, "-m", "execproto.adapters", "exec"]
@@ -88,3 +90,58 @@ def test_text_lines_by_default_and_nothing_below_the_level(tmp_path: Path) -> No
         log = server.stop()
     assert " INFO execproto: process " in log and " started: pid " in log, log
     assert "exited: code 0" in log, log
+
+
+def test_the_start_a_failed_spawn_and_the_stop_are_logged(adapter: str, tmp_path: Path) -> None:
+    # Under --sandbox bwrap where bubblewrap works, so that the floor is in the start's line.
+    floor = ([] if BWRAP_PROBLEM is not None
+             else ["--sandbox", "bwrap", "--writable-root", str(tmp_path)])
+    server = Server(adapter, "--log-format", "json", *floor)
+    try:
+        client = server.client()
+        missing = start(client, "missing", ["/nonexistent/program"])
+        assert missing["error"]["data"]["kind"] == "spawnNotFound", missing
+    finally:
+        log = server.stop()
+    assert server.process.returncode == 0, log
+    lines = records(log)
+    messages = [line["message"] for line in lines]
+    [sandbox] = [m for m in messages if m.startswith("sandbox: ")]
+    if floor:
+        assert sandbox.endswith(f"every process is sandboxed, at most: read /, write "
+                                f"{tmp_path.resolve()}; no network"), sandbox
+    [listening] = [line for line in lines if line["message"].startswith("listening on ")]
+    assert listening["message"] == f"listening on {server.url} (no TLS)", listening
+    assert listening["tls"] is False and listening["address"] == server.url
+    [failed] = [line for line in lines if "did not start" in line["message"]]
+    assert failed["message"].startswith("process missing did not start (spawnNotFound): ")
+    assert (failed["level"], failed["program"], failed["failure"]) == (
+        "info", "/nonexistent/program", "spawnNotFound"), failed
+    [stopping] = [line for line in lines if line["message"].startswith("stopping: ")]
+    assert (stopping["connections"], stopping["processes"]) == (1, 0), stopping
+    assert messages[-1] == "stopped", messages
+    assert messages.index(stopping["message"]) < len(messages) - 1
+
+
+def test_a_start_up_error_is_a_json_line_under_log_format_json() -> None:
+    serve = [sys.executable, "-m", "execproto.adapters", "serve", "--log-format", "json"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cases = {
+            "unrecognized arguments: --bogus": ["--bogus"],
+            "wss:// needs --tls-cert FILE and --tls-key FILE": ["--listen", "wss://127.0.0.1:0"],
+            f"cannot listen on ws://127.0.0.1:{port}: the port is in use": [
+                "--listen", f"ws://127.0.0.1:{port}"],
+        }
+        for expected, args in cases.items():
+            done = subprocess.run([*serve, *args], capture_output=True, text=True, timeout=30)
+            assert done.returncode == 2, done
+            # Every line is JSON (a bind fails after the sandbox's line), one of them the error.
+            [line] = [line for line in records(done.stderr) if line["level"] == "error"]
+            assert line["logger"] == "execproto", line
+            assert line["message"].startswith(f"execproto serve: {expected}"), line
+    # Without it, the same error is plain text.
+    done = subprocess.run([*serve[:-2], "--bogus"], capture_output=True, text=True, timeout=30)
+    assert done.stderr.startswith("execproto serve: unrecognized arguments: --bogus"), done

@@ -5,11 +5,19 @@
 Each run launches a fresh process listening on ``ws://127.0.0.1:0``, reads the bound address it
 prints on stdout, and asks ``GET /readyz`` on a new loopback connection until one answers 200
 (short timeouts, at most 2000 tries); the time counted is from just before the launch to that
-answer. Servers: ``execproto serve`` (the installed console script beside this interpreter),
-``python -m execproto serve``, and the reference ``codex exec-server`` 0.171.0 when it is
-installed (found as tests/reference.py finds it). The floor is ``python -c pass`` with the same
-interpreter, from launch to exit. The median of the runs is the figure; min and max show the
-spread (a shared 2-core machine is noisy).
+answer. Servers:
+
+- ``execproto serve`` as deployed: this checkout built as a wheel and installed (not editable)
+  in a virtual environment of its own, as the Containerfile and ``pipx install .`` have it,
+  with the dependencies of this interpreter's environment on its path;
+- ``execproto serve`` and ``python -m execproto serve`` from this interpreter's environment
+  (``make``'s .venv has the package editable, whose path finder every start pays for, and the
+  test tools' start-up hooks);
+- the reference ``codex exec-server`` 0.171.0 when it is installed (found as
+  tests/reference.py finds it).
+
+The floors are ``python -c pass`` with each interpreter, from launch to exit. The median of the
+runs is the figure; min and max show the spread (a shared 2-core machine is noisy).
 
 Every subject gets one launch first that is not counted, and runs with bytecode caching on
 (PYTHONDONTWRITEBYTECODE is dropped from its environment): an installed package has its
@@ -27,6 +35,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
@@ -110,6 +119,34 @@ def launch_to_exit(argv: list[str]) -> float:
     return elapsed
 
 
+ROOT = Path(__file__).resolve().parent.parent
+# What building the wheel reads of the checkout (a copy: setuptools leaves build/ behind).
+BUILT_FROM = ("pyproject.toml", "README.md", "LICENSE", "src")  # src last: a directory
+
+
+def deployed(into: Path) -> Path:
+    """The ``execproto`` script of a wheel of this checkout installed in a new venv in ``into``,
+    its dependencies taken from this interpreter's site-packages (a .pth line: no download)."""
+    source = into / "source"
+    shutil.copytree(ROOT / "src", source / "src",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in BUILT_FROM[:-1]:
+        shutil.copy(ROOT / name, source / name)
+    quiet = {"stdout": subprocess.DEVNULL, "check": True}
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(into / "wheel"), str(source)], **quiet)
+    venv = into / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], **quiet)
+    python = venv / "bin" / "python"
+    subprocess.run([*pip, "--python", str(python), "install", "--no-deps",
+                    *map(str, (into / "wheel").glob("*.whl"))], **quiet)
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True)
+    (Path(site.stdout.strip()) / "execproto-deps.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n")
+    return venv / "bin" / "execproto"
+
+
 def execproto_script() -> str:
     beside = Path(sys.executable).parent / "execproto"
     found = str(beside) if beside.exists() else shutil.which("execproto")
@@ -121,10 +158,13 @@ def execproto_script() -> str:
 SERVE = ["serve", "--listen", "ws://127.0.0.1:0", "--log-level", "warning"]
 
 
-def subjects() -> dict[str, Callable[[], float]]:
+def subjects(installed: Path) -> dict[str, Callable[[], float]]:
+    python = str(installed.parent / "python")
     found: dict[str, Callable[[], float]] = {
-        "python -c pass (the floor)": lambda: launch_to_exit([sys.executable, "-c", "pass"]),
-        "execproto serve": lambda: launch_to_ready([execproto_script(), *SERVE]),
+        "python -c pass, its venv (the floor)": lambda: launch_to_exit([python, "-c", "pass"]),
+        "execproto serve, as deployed": lambda: launch_to_ready([str(installed), *SERVE]),
+        "python -c pass, this venv": lambda: launch_to_exit([sys.executable, "-c", "pass"]),
+        "execproto serve, this venv": lambda: launch_to_ready([execproto_script(), *SERVE]),
         "python -m execproto serve": lambda: launch_to_ready(
             [sys.executable, "-m", "execproto", *SERVE]),
     }
@@ -152,15 +192,21 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     results = {}
-    for name, measure in subjects().items():
-        measure()  # one unmeasured launch: the page cache, not the start, is what it warms
-        times = [measure() * 1000 for _ in range(args.runs)]
-        results[name] = {"median_ms": statistics.median(times), "min_ms": min(times),
-                         "max_ms": max(times), "runs_ms": times}
-        print(f"{name:40} median {statistics.median(times):6.1f} ms  "
-              f"(min {min(times):.1f}, max {max(times):.1f}; {args.runs} runs)", flush=True)
+    with tempfile.TemporaryDirectory(prefix="execproto-cold-") as scratch:
+        measured = subjects(deployed(Path(scratch)))
+        for name, measure in measured.items():
+            results[name] = figures(name, measure, args.runs)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def figures(name: str, measure: Callable[[], float], runs: int) -> dict[str, object]:
+    measure()  # one unmeasured launch: the page cache, not the start, is what it warms
+    times = [measure() * 1000 for _ in range(runs)]
+    print(f"{name:40} median {statistics.median(times):6.1f} ms  "
+          f"(min {min(times):.1f}, max {max(times):.1f}; {runs} runs)", flush=True)
+    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
+            "runs_ms": times}
 
 
 if __name__ == "__main__":

@@ -45,7 +45,9 @@ class Options:
     - ``backend``: how a process is spawned (by default this machine, with bubblewrap for
       sandboxed requests where it can run).
     - ``tls``: the `ssl.SSLContext` (server side) of a ``wss://`` address, which needs one
-      (`_tls.server_context` makes one from PEM files); unused by ``ws://``.
+      (`_tls.server_context` makes one from PEM files), or a function that gives the context
+      for each new connection (``execproto serve`` reloads its certificate when the files
+      change: `_tls.CertFiles`); unused by ``ws://``.
     - ``drain_grace``: seconds a drain (the first SIGTERM or SIGINT of ``execproto serve``, or
       an embedder's ``drain``) waits for the running processes to finish before the server
       stops; 0, the default, stops at once.
@@ -65,7 +67,7 @@ class Options:
     fs_roots: Sequence[str] = ()
     backend: Backend | None = None
     tune_heap: bool = False
-    tls: ssl.SSLContext | None = None
+    tls: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None
     drain_grace: float = 0.0
 
     @classmethod
@@ -131,7 +133,13 @@ class Server:
         options = self.options
         return WsPeer(self.driver, write, hang_up, options.token, self.gate, label, abort=abort,
                       ping_interval=options.ping_interval,
-                      tls=options.tls if self.where.tls else None)
+                      tls=self._tls())
+
+    def _tls(self) -> ssl.SSLContext | None:
+        tls = self.options.tls
+        if not self.where.tls or tls is None:
+            return None
+        return tls() if callable(tls) else tls
 
     def announce(self) -> None:
         """Tell ``ready`` where clients can connect."""

@@ -16,11 +16,15 @@ This module imports `ssl`; only a TLS listener loads it.
 
 from __future__ import annotations
 
+import logging
+import os
 import ssl
 from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
+
+log = logging.getLogger("execproto")
 
 READ_SIZE = 256 << 10  # plaintext asked of OpenSSL at once (it gives at most a record, 16 KiB)
 # What OpenSSL says of a peer that sent something other than a TLS hello.
@@ -41,9 +45,16 @@ def server_context(cert: str | Path, key: str | Path,
     """A server context for the PEM certificate chain ``cert`` and its private key ``key``,
     TLS 1.2 and later. Raises `TlsSetupError` naming the file at fault as ``names`` says (by
     default their paths), never a prompt for a password (an encrypted key is refused)."""
-    cert_name, key_name = names or (str(cert), str(key))
+    names = names or (str(cert), str(key))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load(context, _read(cert, key, names), names)
+    return context
+
+
+def _read(cert: str | Path, key: str | Path, names: tuple[str, str]) -> tuple[str, str]:
     texts = []
-    for path, name in ((cert, cert_name), (key, key_name)):
+    for path, name in zip((cert, key), names, strict=True):
         try:
             texts.append(Path(path).read_text("ascii"))
         except OSError as exc:
@@ -53,21 +64,79 @@ def server_context(cert: str | Path, key: str | Path,
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=texts[0])
     except (ssl.SSLError, ValueError):
-        raise TlsSetupError(f"{cert_name}: no PEM certificate in it") from None
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
+        raise TlsSetupError(f"{names[0]}: no PEM certificate in it") from None
+    return texts[0], texts[1]
+
+
+def _load(context: ssl.SSLContext, texts: tuple[str, str], names: tuple[str, str]) -> None:
+    """Put the chain and key in ``texts`` in ``context``. OpenSSL reads them from files: here
+    from memory files holding what was read, so what is loaded is what was checked, whatever
+    happens to the files meanwhile."""
+    cert_name, key_name = names
+    fds = [os.memfd_create("execproto-tls", os.MFD_CLOEXEC) for _ in texts]
     try:
-        context.load_cert_chain(cert, key, password=_no_password)
-    except TlsSetupError as exc:
-        raise TlsSetupError(f"{key_name} {exc}") from None
-    except ssl.SSLError as exc:
-        if exc.reason == "KEY_VALUES_MISMATCH":
-            raise TlsSetupError(f"{key_name} is not the key of the certificate in "
-                                f"{cert_name}") from None
-        raise TlsSetupError(f"{key_name}: no PEM private key in it") from None
-    except OSError as exc:  # changed since it was read
-        raise TlsSetupError(f"{cert_name} or {key_name}: {exc.strerror or exc}") from None
-    return context
+        for fd, text in zip(fds, texts, strict=True):
+            os.write(fd, text.encode("ascii"))
+        cert, key = (f"/proc/self/fd/{fd}" for fd in fds)
+        try:
+            context.load_cert_chain(cert, key, password=_no_password)
+        except TlsSetupError as exc:
+            raise TlsSetupError(f"{key_name} {exc}") from None
+        except ssl.SSLError as exc:
+            if exc.reason == "KEY_VALUES_MISMATCH":
+                raise TlsSetupError(f"{key_name} is not the key of the certificate in "
+                                    f"{cert_name}") from None
+            raise TlsSetupError(f"{key_name}: no PEM private key in it") from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+class CertFiles:
+    """The certificate and key of a ``wss://`` listener, read again when either file changes
+    (each new connection checks their stat: two system calls) or at SIGHUP.
+
+    Certificates are renewed in place (cert-manager, a Kubernetes Secret update, certbot), and
+    a server that kept the old one would serve it past its expiry. The one context is loaded
+    again, so connections already open keep their session and new ones get the new pair. A
+    pair that cannot serve (half written, a key that is not the certificate's) is checked on a
+    context of its own first and, failing, leaves the last pair in place (a warning says so).
+    """
+
+    def __init__(self, cert: str | Path, key: str | Path, names: tuple[str, str]) -> None:
+        self._paths = (cert, key)
+        self._names = names
+        self._seen = self._stamp()
+        self.context = server_context(cert, key, names)
+
+    def _stamp(self) -> tuple[tuple[int, int, int] | None, ...]:
+        stamps: list[tuple[int, int, int] | None] = []
+        for path in self._paths:
+            try:
+                st = os.stat(path)
+            except OSError:
+                stamps.append(None)
+            else:
+                stamps.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        return tuple(stamps)
+
+    def current(self) -> ssl.SSLContext:
+        """The context for a new connection: loaded again first if a file changed."""
+        if self._stamp() != self._seen:
+            self.reload("the files changed")
+        return self.context
+
+    def reload(self, why: str = "SIGHUP") -> None:
+        self._seen = self._stamp()
+        try:
+            texts = _read(*self._paths, self._names)
+            _load(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), texts, self._names)
+        except TlsSetupError as exc:
+            log.warning("the TLS certificate was not read again (%s): %s; the last one stays",
+                        why, exc)
+            return
+        _load(self.context, texts, self._names)
+        log.info("the TLS certificate and key were read again (%s)", why)
 
 
 @attrs.define

@@ -26,9 +26,8 @@ from . import _logs
 from ._errors import UsageError, leaves
 
 if TYPE_CHECKING:
-    import ssl
-
     from ._listen import Listen
+    from ._tls import CertFiles
     from .backends import Backend
 
 # --adapter name -> module (relative to this package) with a `run(listen, **options)`.
@@ -157,7 +156,8 @@ def _parser(exec_options: bool = True) -> _Parser:
                        help="ws://IP:PORT, wss://IP:PORT (TLS; port 0 picks a free one) or "
                             "stdio (default %(default)s)")
     serve.add_argument("--tls-cert", type=Path, metavar="FILE",
-                       help="with wss://: the server's certificate chain, PEM")
+                       help="with wss://: the server's certificate chain, PEM (read again, "
+                            "with the key, when either file changes and at SIGHUP)")
     serve.add_argument("--tls-key", type=Path, metavar="FILE",
                        help="with wss://: the certificate's private key, PEM, unencrypted")
     serve.add_argument("--adapter", choices=list(ADAPTERS), default="asyncio",
@@ -253,7 +253,7 @@ def _why(exc: BaseException) -> str:
     return str(exc)
 
 
-def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None, ssl.SSLContext | None]:
+def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None, CertFiles | None]:
     from ._listen import Listen, ListenError
 
     try:
@@ -277,8 +277,9 @@ def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None, ssl.SSLC
     return where, token, tls
 
 
-def _tls_context(args: argparse.Namespace, where: Listen) -> ssl.SSLContext | None:
-    """The TLS context of a wss:// listener, from --tls-cert and --tls-key (None for ws://)."""
+def _tls_context(args: argparse.Namespace, where: Listen) -> CertFiles | None:
+    """The TLS certificate of a wss:// listener, from --tls-cert and --tls-key (None for
+    ws://)."""
     given = args.tls_cert is not None or args.tls_key is not None
     if not where.tls:
         if given:
@@ -286,11 +287,11 @@ def _tls_context(args: argparse.Namespace, where: Listen) -> ssl.SSLContext | No
         return None
     if args.tls_cert is None or args.tls_key is None:
         raise UsageError("wss:// needs --tls-cert FILE and --tls-key FILE")
-    from ._tls import TlsSetupError, server_context  # loads ssl: only for a TLS listener
+    from ._tls import CertFiles, TlsSetupError  # loads ssl: only for a TLS listener
 
     try:
-        return server_context(args.tls_cert, args.tls_key,
-                              names=(f"--tls-cert {args.tls_cert}", f"--tls-key {args.tls_key}"))
+        return CertFiles(args.tls_cert, args.tls_key,
+                         names=(f"--tls-cert {args.tls_cert}", f"--tls-key {args.tls_key}"))
     except TlsSetupError as exc:
         raise UsageError(str(exc)) from None
 
@@ -369,8 +370,10 @@ def _serve(args: argparse.Namespace) -> int:
     def hang_up() -> None:  # SIGHUP: as sshd and nginx, re-read the configuration, never die
         if token_file is not None:
             token_file.reload()
-        else:
-            log.info("SIGHUP: nothing to re-read (no --auth-token-file); serving on")
+        if tls is not None:
+            tls.reload()
+        if token_file is None and tls is None:
+            log.info("SIGHUP: nothing to re-read (no --auth-token-file, no TLS); serving on")
 
     try:
         adapter.run(
@@ -385,7 +388,7 @@ def _serve(args: argparse.Namespace) -> int:
             backend=backend,
             redact_trace=args.trace_redact,
             tune_heap=True,  # the whole process is ours: see `Options.tune_heap`
-            tls=tls,
+            tls=tls.current if tls is not None else None,
             drain_grace=args.drain_grace,
         )
     except BaseException as exc:

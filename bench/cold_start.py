@@ -16,8 +16,10 @@ answer. Servers:
 - the reference ``codex exec-server`` 0.171.0 when it is installed (found as
   tests/reference.py finds it).
 
-The floors are ``python -c pass`` with each interpreter, from launch to exit. The median of the
-runs is the figure; min and max show the spread (a shared 2-core machine is noisy).
+The floors are ``python -c pass`` with each interpreter, from launch to exit, and, as deployed,
+importing what no server start can skip: asyncio, wsproto (with h11) and the core (attrs and
+the core's classes). The median of the runs is the figure; min and max show the spread (a
+shared 2-core machine is noisy).
 
 Every subject gets one launch first that is not counted, and runs with bytecode caching on
 (PYTHONDONTWRITEBYTECODE is dropped from its environment): an installed package has its
@@ -155,6 +157,9 @@ def execproto_script() -> str:
     return found
 
 
+# The dependencies every server start imports, and the core's attrs classes (events, actions,
+# the server core): no start can take less than these do.
+UNSKIPPABLE = "import asyncio, wsproto, execproto.events, execproto.actions, execproto._server"
 SERVE = ["serve", "--listen", "ws://127.0.0.1:0", "--log-level", "warning"]
 
 
@@ -162,6 +167,7 @@ def subjects(installed: Path) -> dict[str, Callable[[], float]]:
     python = str(installed.parent / "python")
     found: dict[str, Callable[[], float]] = {
         "python -c pass, its venv (the floor)": lambda: launch_to_exit([python, "-c", "pass"]),
+        "importing what serving cannot skip": lambda: launch_to_exit([python, "-c", UNSKIPPABLE]),
         "execproto serve, as deployed": lambda: launch_to_ready([str(installed), *SERVE]),
         "python -c pass, this venv": lambda: launch_to_exit([sys.executable, "-c", "pass"]),
         "execproto serve, this venv": lambda: launch_to_ready([execproto_script(), *SERVE]),

@@ -1,4 +1,4 @@
-r"""Every rule of the life of processes and sessions, in one place.
+r"""Every rule of the life of processes and sessions, in one place, and the state they rule.
 
 Theory of operation
 ===================
@@ -8,24 +8,41 @@ There are four small machines, as h11 has one per party beside its keep-alive an
 1. A process's `Phase`::
 
        STARTING --spawned--> RUNNING --exited--> EXITED --last stream at EOF--> CLOSED
-           \--spawn failed--> forgotten (its processId is free at once)
+           \--spawn failed--> FAILED (forgotten: its processId is free at once)
 
 2. A process's `Stop`, the terminate sequence: NONE, PENDING (asked while starting), TERM_SENT
    (KILL due), KILL_SENT, DRAINING (exited while stopping, a stray holds the pipes: abandon due).
 3. Two flags that are machines of two states, as h11's keep-alive is a bool: a process is
    *held* (its log drops nothing: its client is away, or acknowledges output) and *paused* (the
    adapter stopped reading its pipes; `pause_wanted` says when).
-4. A session is *attached* (``session.conn`` is a connection) or *detached* (None, EXPIRE due);
-   once expired it is gone.
+4. A session's `SessionState`::
+
+       NEW --created--> ATTACHED --detached--> DETACHED --expired--> EXPIRED (gone)
+                            ^                      |
+                            \------resumed---------/
+
+   A resume of an ATTACHED session is refused (`SESSION_REFUSED`): it changes nothing.
+
+The state lives here too, as h11's `ConnectionState` holds its own: a `ProcessLife` holds a
+process's phase, stop, open streams, held and paused, a `SessionLife` a session's state and
+connection, and each is the only writer of what it holds. The rest of the core reads them and
+asks for a change by an input; the tables answer with the new state and the follow-ups.
 
 Transitions are *event-triggered* (`PROCESS_EVENTS`, `STOP_EVENTS`, `AFTER`, `SESSION_EVENTS`)
-or *state-triggered* (`STATE_TRIGGERED`, applied by `settle` until none fires): CLOSED follows
-from "exited and every stream at EOF" however that came about, and in either order. A
-transition's follow-ups (`Do`: signals, timers, Finalize, readers woken, holds, pauses) are
-listed in the order the handlers (`_processes`, `_server`) carry them out. The handlers parse,
-answer and emit; they never decide a transition. A (phase, input) pair not in `PROCESS_EVENTS`
-is an adapter bug (`LocalProtocolError`). Exactly one ``process/exited`` and one
-``process/closed`` go out; output, the exit and the close take seqs from 1; closed is last.
+or *state-triggered* (`STATE_TRIGGERED`, applied by `ProcessLife.settle` until none fires):
+CLOSED follows from "exited and every stream at EOF" however that came about, and in either
+order. A transition's follow-ups (`Do`: signals, timers, Finalize, readers woken, holds, pauses)
+are listed in the order the handlers (`_processes`, `_server`) carry them out. The handlers
+parse, answer and emit; they never decide a transition. A (phase, input) pair not in
+`PROCESS_EVENTS` is an adapter bug, and a (state, input) pair in neither `SESSION_EVENTS` nor
+`SESSION_REFUSED` cannot happen: both raise `LocalProtocolError`. Exactly one
+``process/exited`` and one ``process/closed`` go out; output, the exit and the close take seqs
+from 1; closed is last.
+
+WARNING: a few transitions are written in `ProcessLife`'s code, not in a table: which streams
+are open (output needs its stream open, a close takes it out, an abandon empties the set) and
+the two flags, set when the predicates at the end of this file say. A change to them belongs
+here, and in tests/core/test_lifecycle_tables.py, which drives every table alone.
 
 What happens when
 -----------------
@@ -33,8 +50,8 @@ What happens when
 - *spawned*: RUNNING. The start is answered; a stop asked meanwhile (PENDING) sends TERM now
   with KILL due after ``kill_grace``; the output is paused if `pause_wanted`; a terminal size
   asked meanwhile (``process/resize`` while STARTING) is applied.
-- *spawn failed* (only while STARTING): the process is forgotten, the start fails (-32602 if
-  refused, else -32603 with its kind), waiting reads fail as for an unknown process, and
+- *spawn failed* (only while STARTING): FAILED. The start fails (-32602 if refused, else -32603
+  with its kind); the process is forgotten, waiting reads fail as for an unknown process, and
   ``Finalize(status="failed")``.
 - *output* (RUNNING or EXITED, on an open stream): the next seq; logged; ``process/output`` to an
   attached client. Held and detached, it counts toward ``max_held_bytes`` and crossing that
@@ -68,9 +85,10 @@ What happens when
   ``initialize`` is answered or it closes; when due, a connection still without one is closed
   (1008), so connections that never initialize cannot hold every place. Past
   ``max_connections`` the oldest of those that had ``MAKE_ROOM_AFTER`` makes room (1013).
-- *resumed* (``initialize`` with ``resumeSessionId``, detached only): EXPIRE cancelled; with
-  output acks every live process not stopping is held; pauses (the new connection may be blocked)
-  and the held total (it no longer counts) are synced.
+- *resumed* (``initialize`` with ``resumeSessionId``; DETACHED only, ATTACHED is refused with
+  -32010 and nothing changes): EXPIRE cancelled; with output acks every live process not
+  stopping is held; pauses (the new connection may be blocked) and the held total (it no longer
+  counts) are synced.
 - *expired*: the session is gone; each live process is terminated as ``timed_out``, each closed
   one forgotten.
 - *closed process evicted* (EVICT due, or early when the closed processes' logs hold more
@@ -88,9 +106,12 @@ What happens when
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import attrs
+
+from ._errors import SESSION_ATTACHED, LocalProtocolError, RpcError
 
 if TYPE_CHECKING:
     from ._process import Process
@@ -105,12 +126,14 @@ class Phase(enum.Enum):
     RUNNING = "running"
     EXITED = "exited"
     CLOSED = "closed"
+    FAILED = "spawn failed"
 
 
 class Input(enum.Enum):
     __hash__ = object.__hash__  # see Phase
 
     SPAWNED = "spawned"
+    SPAWN_FAILED = "spawn failed"
     OUTPUT = "output"
     STREAM_CLOSED = "stream closed"
     EXITED = "exited"
@@ -134,7 +157,18 @@ class StopInput(enum.Enum):
     KILL_DUE = "kill due"
 
 
+class SessionState(enum.Enum):
+    __hash__ = object.__hash__  # see Phase
+
+    NEW = "new"  # minted by an initialize, not yet attached
+    ATTACHED = "attached"  # ``conn`` is its connection
+    DETACHED = "detached"  # its connection closed; EXPIRE due
+    EXPIRED = "expired"  # gone: nothing can find it
+
+
 class SessionInput(enum.Enum):
+    __hash__ = object.__hash__  # see Phase
+
     CREATED = "created"
     RESUMED = "resumed"
     DETACHED = "detached"
@@ -172,6 +206,9 @@ class Do(enum.Enum):
     RECOUNT_IF_HELD = "if its output counted as held, count the held total afresh"
     SET_EVICT = "evict after closed_ttl"
     FINALIZE = "Finalize(status='completed')"
+    FORGET = "forget the process at once: its processId is free"
+    FAIL_READERS = "fail the waiting reads as for an unknown process"
+    FINALIZE_FAILED = "Finalize(status='failed')"
     WAKE_READERS = "answer the waiting reads that are ready"
     SYNC_PAUSED = "pause or resume by pause_wanted (every process, for a session)"
     APPLY_SIZE = "resize the terminal to the size asked while starting, if any"
@@ -190,6 +227,7 @@ class Do(enum.Enum):
 # cannot happen, and it is told so. This runs once per output chunk: keep it one dict lookup.
 PROCESS_EVENTS: dict[tuple[Phase, Input], Phase] = {
     (Phase.STARTING, Input.SPAWNED): Phase.RUNNING,
+    (Phase.STARTING, Input.SPAWN_FAILED): Phase.FAILED,
     (Phase.RUNNING, Input.OUTPUT): Phase.RUNNING,
     (Phase.RUNNING, Input.STREAM_CLOSED): Phase.RUNNING,
     (Phase.RUNNING, Input.EXITED): Phase.EXITED,
@@ -202,6 +240,7 @@ PROCESS_EVENTS: dict[tuple[Phase, Input], Phase] = {
 # the exit's notification). OUTPUT has none here: its path is inline, once per chunk.
 AFTER: dict[Input, tuple[Do, ...]] = {
     Input.SPAWNED: (Do.SETTLE, Do.SYNC_PAUSED, Do.APPLY_SIZE),
+    Input.SPAWN_FAILED: (Do.FORGET, Do.FAIL_READERS, Do.FINALIZE_FAILED),
     Input.STREAM_CLOSED: (Do.SETTLE,),
     Input.EXITED: (Do.CANCEL_KILL, Do.SETTLE, Do.WAKE_READERS),
     Input.ABANDONED: (Do.SETTLE,),
@@ -222,11 +261,31 @@ STOP_EVENTS: dict[tuple[Stop, Phase, StopInput], tuple[Stop, tuple[Do, ...]]] = 
     (Stop.TERM_SENT, Phase.RUNNING, StopInput.KILL_DUE): (Stop.KILL_SENT, (Do.SIGNAL_KILL,)),
 }
 
-SESSION_EVENTS: dict[SessionInput, tuple[Do, ...]] = {
-    SessionInput.CREATED: (Do.HOLD_LIVE_IF_ACKS, Do.SYNC_PAUSED, Do.RECOUNT_HELD),
-    SessionInput.RESUMED: (Do.CANCEL_EXPIRE, Do.HOLD_LIVE_IF_ACKS, Do.SYNC_PAUSED, Do.RECOUNT_HELD),
-    SessionInput.DETACHED: (Do.HOLD_LIVE, Do.SYNC_PAUSED, Do.RECOUNT_HELD, Do.SET_EXPIRE),
-    SessionInput.EXPIRED: (Do.STOP_ALL,),
+# (state, input) -> (state, follow-ups). A pair in neither this nor `SESSION_REFUSED` is
+# impossible: an expired session cannot be found, a closed connection cannot close again.
+SESSION_EVENTS: dict[tuple[SessionState, SessionInput], tuple[SessionState, tuple[Do, ...]]] = {
+    (SessionState.NEW, SessionInput.CREATED): (
+        SessionState.ATTACHED,
+        (Do.HOLD_LIVE_IF_ACKS, Do.SYNC_PAUSED, Do.RECOUNT_HELD),
+    ),
+    (SessionState.DETACHED, SessionInput.RESUMED): (
+        SessionState.ATTACHED,
+        (Do.CANCEL_EXPIRE, Do.HOLD_LIVE_IF_ACKS, Do.SYNC_PAUSED, Do.RECOUNT_HELD),
+    ),
+    (SessionState.ATTACHED, SessionInput.DETACHED): (
+        SessionState.DETACHED,
+        (Do.HOLD_LIVE, Do.SYNC_PAUSED, Do.RECOUNT_HELD, Do.SET_EXPIRE),
+    ),
+    (SessionState.DETACHED, SessionInput.EXPIRED): (SessionState.EXPIRED, (Do.STOP_ALL,)),
+}
+
+# (state, input) -> (error code, why): what a client may ask and is refused. The session is
+# left as it was; the request fails with "session <id> <why>".
+SESSION_REFUSED: dict[tuple[SessionState, SessionInput], tuple[int, str]] = {
+    (SessionState.ATTACHED, SessionInput.RESUMED): (
+        SESSION_ATTACHED,
+        "is already attached to another connection",
+    ),
 }
 
 # -- state-triggered --------------------------------------------------------------------------
@@ -247,10 +306,10 @@ class Rule:
     to_stop: Stop | None
     then: tuple[Do, ...]
 
-    def applies(self, process: Process) -> bool:
-        if process.phase is not self.phase or process.stop not in self.stops:
+    def applies(self, life: ProcessLife) -> bool:
+        if life.phase is not self.phase or life.stop not in self.stops:
             return False
-        return self.streams_open is None or self.streams_open == bool(process.open_streams)
+        return self.streams_open is None or self.streams_open == bool(life.open_streams)
 
 
 CLOSE = (
@@ -279,31 +338,139 @@ STATE_TRIGGERED: tuple[Rule, ...] = (
     ),
 )
 
-
-def settle(process: Process) -> list[Do]:
-    """Apply the state-triggered rules until none fires; their follow-ups, in order."""
-    todo: list[Do] = []
-    fired = True
-    while fired:
-        fired = False
-        for rule in STATE_TRIGGERED:
-            if rule.applies(process):
-                process.phase = rule.to_phase
-                if rule.to_stop is not None:
-                    process.stop = rule.to_stop
-                todo += rule.then
-                fired = True
-                break
-    return todo
+# -- the state, and its only writers ----------------------------------------------------------
 
 
-def stop_event(process: Process, event: StopInput) -> tuple[Do, ...]:
-    """Apply a terminate request or a KILL deadline; the follow-ups, in order."""
-    row = STOP_EVENTS.get((process.stop, process.phase, event))
-    if row is None:
-        return ()
-    process.stop, todo = row
-    return todo
+class ProcessLife:
+    """One process's place in the tables: ``phase``, ``stop``, ``open_streams``, ``held`` and
+    ``paused``. The methods below are the only code that writes them; the rest of the core
+    reads. An input the tables refuse raises `LocalProtocolError` and changes nothing."""
+
+    __slots__ = ("proc", "phase", "stop", "open_streams", "held", "paused")
+
+    def __init__(self, proc: int, streams: Iterable[str]) -> None:
+        self.proc = proc  # only to name the process in errors
+        self.phase = Phase.STARTING
+        self.stop = Stop.NONE
+        self.open_streams = set(streams)
+        self.held = False  # see `may_hold` and `releases_on_read`
+        self.paused = False  # see `pause_wanted`
+
+    # Each event-triggered input returns its `AFTER` follow-ups, for the handler to carry out
+    # once it has answered (the start, the exit's notification).
+
+    def spawned(self) -> tuple[Do, ...]:
+        return self._event(Input.SPAWNED)
+
+    def spawn_failed(self) -> tuple[Do, ...]:
+        return self._event(Input.SPAWN_FAILED)
+
+    def output(self, stream: str) -> None:
+        """A chunk on ``stream``. The hot path: one set test and one dict lookup."""
+        if stream not in self.open_streams:
+            raise LocalProtocolError(
+                f"process {self.proc}: output on {stream!r}, which is not open")
+        try:  # `_step`, inline: a call less per chunk
+            self.phase = PROCESS_EVENTS[self.phase, Input.OUTPUT]
+        except KeyError:
+            raise self._impossible(Input.OUTPUT) from None
+
+    def close_stream(self, stream: str) -> tuple[Do, ...]:
+        if stream not in self.open_streams:
+            raise LocalProtocolError(f"process {self.proc}: {stream!r} closed twice or unknown")
+        todo = self._event(Input.STREAM_CLOSED)
+        self.open_streams.discard(stream)
+        return todo
+
+    def exited(self) -> tuple[Do, ...]:
+        return self._event(Input.EXITED)
+
+    def abandon_streams(self) -> tuple[Do, ...]:
+        todo = self._event(Input.ABANDONED)
+        self.open_streams.clear()
+        return todo
+
+    def _event(self, event: Input) -> tuple[Do, ...]:
+        self._step(event)
+        return AFTER[event]
+
+    def _step(self, event: Input) -> None:
+        try:
+            self.phase = PROCESS_EVENTS[self.phase, event]
+        except KeyError:
+            raise self._impossible(event) from None
+
+    def _impossible(self, event: Input) -> LocalProtocolError:
+        return LocalProtocolError(
+            f"process {self.proc}: {event.value} is impossible while {self.phase.value}")
+
+    def stop_event(self, event: StopInput) -> tuple[Do, ...]:
+        """Apply a terminate request or a KILL deadline; the follow-ups, in order."""
+        row = STOP_EVENTS.get((self.stop, self.phase, event))
+        if row is None:
+            return ()
+        self.stop, todo = row
+        return todo
+
+    def settle(self) -> list[Do]:
+        """Apply the state-triggered rules until none fires; their follow-ups, in order."""
+        todo: list[Do] = []
+        fired = True
+        while fired:
+            fired = False
+            for rule in STATE_TRIGGERED:
+                if rule.applies(self):
+                    self.phase = rule.to_phase
+                    if rule.to_stop is not None:
+                        self.stop = rule.to_stop
+                    todo += rule.then
+                    fired = True
+                    break
+        return todo
+
+    # The two flags, set as the predicates below decide (see the WARNING above).
+
+    def hold(self) -> None:
+        self.held = True
+
+    def release(self) -> None:
+        self.held = False
+
+    def set_paused(self, paused: bool) -> bool:
+        """Record whether the adapter is to stop reading the pipes; whether that changed."""
+        if self.paused is paused:
+            return False
+        self.paused = paused
+        return True
+
+
+class SessionLife:
+    """A session's place in `SESSION_EVENTS`: ``state`` and ``conn`` (its connection while
+    ATTACHED, else None). `event` is the only code that writes them."""
+
+    __slots__ = ("session_id", "state", "conn")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id  # only to name the session in errors
+        self.state = SessionState.NEW
+        self.conn: int | None = None
+
+    def event(self, event: SessionInput, conn: int | None = None) -> tuple[Do, ...]:
+        """Apply ``event`` (``conn``: the connection CREATED or RESUMED attaches it to); the
+        follow-ups, in order. A refusal raises its `RpcError` and changes nothing."""
+        key = (self.state, event)
+        row = SESSION_EVENTS.get(key)
+        if row is None:
+            refused = SESSION_REFUSED.get(key)
+            if refused is not None:
+                code, why = refused
+                raise RpcError(code, f"session {self.session_id} {why}")
+            raise LocalProtocolError(
+                f"session {self.session_id}: {event.value} is impossible while "
+                f"{self.state.value}")
+        self.state, todo = row
+        self.conn = conn if self.state is SessionState.ATTACHED else None
+        return todo
 
 
 # -- the rules that are predicates ------------------------------------------------------------
@@ -315,19 +482,19 @@ LIVE = (Phase.STARTING, Phase.RUNNING)  # what process/terminate answers as `run
 def may_hold(process: Process, live: bool) -> bool:
     """A process starts holding when its client leaves or acks: if live and not being stopped
     (a stopping process's pipes must drain to EOF)."""
-    return live and process.stop is Stop.NONE
+    return live and process.life.stop is Stop.NONE
 
 
 def releases_on_read(process: Process, truncated: bool) -> bool:
     """A read that returned everything up to the newest chunk ends a hold, unless the client
     acknowledges output (then the hold is its window)."""
-    return process.held and not truncated and not process.session.acks
+    return process.life.held and not truncated and not process.session.acks
 
 
 def pause_wanted(process: Process, blocked: bool, held_total: int, cap: int) -> bool:
     """Paused while its connection is blocked, or held with a full log, or held and detached
     while the held total is at the cap."""
-    held = process.held
+    held = process.life.held
     over_cap = held and process.session.conn is None and held_total >= cap
     return blocked or (held and process.log.full) or over_cap
 
@@ -340,7 +507,7 @@ def cap_crossed(before: int, after: int, cap: int) -> bool:
 def read_ready(process: Process, after_seq: int) -> bool:
     """A read at ``after_seq`` is answered now (else it waits): closed, output past the cursor,
     or exited with the exit's seq past the cursor."""
-    phase = process.phase
+    phase = process.life.phase
     if phase is Phase.CLOSED or process.log.has_after(after_seq):
         return True
     return phase is Phase.EXITED and after_seq < process.next_seq - 1

@@ -1,7 +1,7 @@
-"""One process's state: its phase, its stop, its streams, its log.
+"""One process: its place in the lifecycle (`life`), its stdin, its log.
 
-What moves it from one state to the next is decided in `_lifecycle`; this is the data, plus the
-per-chunk work of the output path.
+Its phase, stop, open streams, held and paused are in `life`, a `_lifecycle.ProcessLife`, their
+only writer; this is the rest of the data, plus the per-chunk work of the output path.
 """
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import base64
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
-from ._errors import LocalProtocolError
 from ._jsonrpc import encode_output, output_prefix
-from ._lifecycle import LIVE, PROCESS_EVENTS, SIGNALLABLE, Input, Phase, Stop
+from ._lifecycle import LIVE, SIGNALLABLE, Do, ProcessLife
 from ._output import OutputLog
 from ._sandbox import DENIAL_WORDS, likely_denied, mentions_denial
 
@@ -36,7 +35,7 @@ _TAIL = max(len(word) for word in DENIAL_WORDS) - 1
 
 
 class Process:
-    """State of one process. Mutated only by the server, as `_lifecycle` decides."""
+    """State of one process, mutated only by the server; ``life`` only by its own methods."""
 
     __slots__ = (
         "proc",
@@ -44,8 +43,7 @@ class Process:
         "session",
         "tty",
         "pending_size",
-        "phase",
-        "open_streams",
+        "life",
         "stdin_open",
         "stdin_queued",
         "stdin_waiting",
@@ -55,9 +53,6 @@ class Process:
         "exit_code",
         "failure",
         "timed_out",
-        "stop",
-        "paused",
-        "held",
         "write_ids",
         "readers",
         "_prefixes",
@@ -85,8 +80,8 @@ class Process:
         # The newest size asked by process/resize while starting: the terminal gets it once
         # the spawn is reported (there is no terminal to resize before).
         self.pending_size: tuple[int, int] | None = None
-        self.phase = Phase.STARTING
-        self.open_streams = set(STREAMS_TTY if tty else STREAMS_PIPE)
+        streams = STREAMS_TTY if tty else STREAMS_PIPE
+        self.life = ProcessLife(proc, streams)
         self.stdin_open = tty or pipe_stdin
         # Bytes given to the adapter (WriteStdin) and not yet reported written; writes waiting
         # their turn past Config.max_stdin_backlog: (conn, request id, params), and their bytes.
@@ -98,29 +93,16 @@ class Process:
         self.exit_code: int | None = None
         self.failure: str | None = None
         self.timed_out = False
-        self.stop = Stop.NONE
-        self.paused = False
-        # Detached output is held, not dropped, until the client reads it back (see `hold`).
-        self.held = False
         # Recent writeIds, oldest first, so a retried write is not written twice.
         self.write_ids: OrderedDict[str, None] = OrderedDict()
         # Pending long-poll reads, by token.
         self.readers: dict[int, PendingRead] = {}
-        self._prefixes = {s: output_prefix(process_id, s) for s in self.open_streams}
+        self._prefixes = {s: output_prefix(process_id, s) for s in streams}
         # A sandboxed process's output is scanned for words of denial (``sandboxDenied``); the
         # tail of the last chunk is kept so that a word split between two chunks is seen.
         self.sandboxed = sandboxed
         self.denial_mentioned = False
         self._tail = b""
-
-    def step(self, event: Input) -> None:
-        """Apply one input by the event-triggered table (`_lifecycle.PROCESS_EVENTS`)."""
-        try:
-            self.phase = PROCESS_EVENTS[self.phase, event]
-        except KeyError:
-            raise LocalProtocolError(
-                f"process {self.proc}: {event.value} is impossible while {self.phase.value}"
-            ) from None
 
     def take_seq(self) -> int:
         seq = self.next_seq
@@ -132,10 +114,7 @@ class Process:
 
         An empty read carries nothing worth a seq: it is checked, then dropped (None).
         """
-        if stream not in self.open_streams:
-            raise LocalProtocolError(
-                f"process {self.proc}: output on {stream!r}, which is not open")
-        self.step(Input.OUTPUT)
+        self.life.output(stream)
         if not data:
             return None
         seq = self.take_seq()
@@ -147,31 +126,26 @@ class Process:
             self._tail = data[-_TAIL:]
         return encode_output(self._prefixes[stream], seq, base64.b64encode(data))
 
-    def close_stream(self, stream: str) -> None:
-        if stream not in self.open_streams:
-            raise LocalProtocolError(f"process {self.proc}: {stream!r} closed twice or unknown")
-        self.open_streams.discard(stream)
-        self.step(Input.STREAM_CLOSED)
-
-    def exited(self, returncode: int) -> None:
-        self.step(Input.EXITED)
+    def exited(self, returncode: int) -> tuple[Do, ...]:
+        todo = self.life.exited()
         self.exit_code = exit_code_of(returncode)
         self.stdin_open = False
+        return todo
 
-    def abandon_streams(self, why: str) -> None:
+    def abandon_streams(self, why: str) -> tuple[Do, ...]:
         """Give up on pipes a stray descendant still holds, so the process can close."""
-        self.open_streams.clear()
+        todo = self.life.abandon_streams()
         self.failure = why
         self.timed_out = True
-        self.step(Input.ABANDONED)
+        return todo
 
     def hold(self) -> None:
         """Keep every chunk from now on: the client is away and will read back from its cursor."""
-        self.held = True
+        self.life.hold()
         self.log.hold = True
 
     def release(self) -> None:
-        self.held = False
+        self.life.release()
         self.log.release()
 
     @property
@@ -180,16 +154,16 @@ class Process:
 
     @property
     def may_signal(self) -> bool:
-        return self.phase is SIGNALLABLE
+        return self.life.phase is SIGNALLABLE
 
     @property
     def may_resize(self) -> bool:
         """A terminal is resized while it runs, as it is signalled (`SIGNALLABLE`)."""
-        return self.tty and self.phase is SIGNALLABLE
+        return self.tty and self.life.phase is SIGNALLABLE
 
     @property
     def is_running(self) -> bool:
-        return self.phase in LIVE
+        return self.life.phase in LIVE
 
     def remember_write(self, write_id: str, limit: int) -> None:
         """Record a writeId, forgetting the oldest beyond ``limit``."""

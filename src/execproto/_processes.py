@@ -21,9 +21,7 @@ from ._errors import (
 )
 from ._jsonrpc import Id
 from ._lifecycle import (
-    AFTER,
     Do,
-    Input,
     Phase,
     StopInput,
     Timer,
@@ -31,8 +29,6 @@ from ._lifecycle import (
     pause_wanted,
     read_ready,
     releases_on_read,
-    settle,
-    stop_event,
 )
 from ._policy import Policy, narrow
 from ._process import Process
@@ -174,7 +170,7 @@ class ProcessHandlers(CoreState):
         process = session.processes.get(p.process_id)
         if process is None:
             status = "unknownProcess"
-        elif process.phase is Phase.STARTING:
+        elif process.life.phase is Phase.STARTING:
             status = "starting"
         elif p.write_id in process.write_ids:
             status = "accepted"  # a retry of a write already done, or waiting its turn
@@ -225,7 +221,7 @@ class ProcessHandlers(CoreState):
 
     def _on_stdin_written(self, event: StdinWritten) -> None:
         process = self._live_process(event.proc)
-        if process is None or process.phase is not Phase.RUNNING:
+        if process is None or process.life.phase is not Phase.RUNNING:
             return  # after the exit what was queued no longer counts (`_drop_stdin`)
         if not 0 <= event.size <= process.stdin_queued:
             raise LocalProtocolError(
@@ -282,7 +278,7 @@ class ProcessHandlers(CoreState):
         if not process.tty:
             raise invalid_request(
                 f"process {p.process_id} has no terminal: it was started without tty")
-        if process.phase is Phase.STARTING:
+        if process.life.phase is Phase.STARTING:
             process.pending_size = (p.rows, p.cols)  # applied at the spawn (`_apply_size`)
         elif process.may_resize:
             self._emit(ResizeTerminal(proc=process.proc, rows=p.rows, cols=p.cols))
@@ -299,7 +295,7 @@ class ProcessHandlers(CoreState):
 
     def _terminate(self, process: Process) -> None:
         """Stop a process: TERM now, KILL after the grace; give up held pipes after another."""
-        self._carry_out(process, stop_event(process, StopInput.TERMINATE))
+        self._carry_out(process, process.life.stop_event(StopInput.TERMINATE))
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -307,7 +303,7 @@ class ProcessHandlers(CoreState):
         process = self._live_process(event.proc)
         if process is None:
             return
-        process.step(Input.SPAWNED)
+        todo = process.life.spawned()
         self.stats.process_spawned(process.proc, self._now)
         c = self._start_conn(process)
         if c is not None:
@@ -316,16 +312,13 @@ class ProcessHandlers(CoreState):
                 c.starts.pop(process.proc),
                 {"processId": process.process_id, "sandboxType": _sandbox_type(self, process)},
             )
-        self._carry_out(process, AFTER[Input.SPAWNED])
+        self._carry_out(process, todo)
 
     def _on_spawn_failed(self, event: SpawnFailed) -> None:
         process = self._live_process(event.proc)
         if process is None:
             return
-        if process.phase is not Phase.STARTING:
-            raise LocalProtocolError(f"process {process.proc}: spawn failure after the spawn")
-        del self._procs[process.proc]
-        del process.session.processes[process.process_id]  # the id is free again at once
+        todo = process.life.spawn_failed()
         c = self._start_conn(process)
         if c is not None:
             if event.refused:
@@ -333,11 +326,7 @@ class ProcessHandlers(CoreState):
             else:
                 error = internal_error(event.error, {"kind": event.kind})
             self._fail(c.conn, c.starts.pop(process.proc), error)
-        for read in list(process.readers.values()):
-            self._cancel_read(read)
-            self._fail(read.conn, read.id, unknown_process(process.process_id))
-        self.stats.process_finished(process.proc, "spawn_failed", self._now)
-        self._emit(Finalize(proc=process.proc, status="failed", exit_code=None, timed_out=False))
+        self._carry_out(process, todo)
 
     def _on_output(self, event: OutputReceived) -> None:
         # The hot path: once per chunk. The rules it applies are `_lifecycle`'s, inline where
@@ -350,12 +339,13 @@ class ProcessHandlers(CoreState):
         conn = process.session.conn
         if conn is not None and data is not None:
             self._actions.append(Send(conn=conn, data=data))
-        if process.held and process.session.conn is None and data is not None:
+        life = process.life
+        if life.held and conn is None and data is not None:
             before = self._held_bytes
             self._held_bytes += len(event.data)
             if cap_crossed(before, self._held_bytes, self.config.max_held_bytes):
                 self._sync_held()  # every detached process waits
-        if process.held and not process.paused and process.log.full:
+        if life.held and not life.paused and process.log.full:
             self._sync_paused(process)
         if process.readers:
             self._wake_readers(process)
@@ -363,14 +353,13 @@ class ProcessHandlers(CoreState):
     def _on_stream_closed(self, event: StreamClosed) -> None:
         process = self._live_process(event.proc)
         if process is not None:
-            process.close_stream(event.stream)
-            self._carry_out(process, AFTER[Input.STREAM_CLOSED])
+            self._carry_out(process, process.life.close_stream(event.stream))
 
     def _on_exited(self, event: ProcessExited) -> None:
         process = self._live_process(event.proc)
         if process is None:
             return
-        process.exited(event.returncode)
+        todo = process.exited(event.returncode)
         self._drop_stdin(process)
         self._notify(
             process.session,
@@ -382,7 +371,7 @@ class ProcessHandlers(CoreState):
                 "sandboxDenied": process.sandbox_denied,
             },
         )
-        self._carry_out(process, AFTER[Input.EXITED])
+        self._carry_out(process, todo)
 
     def _on_finalize_failed(self, event: FinalizeFailed) -> None:
         process = self._finalized.get(event.proc)
@@ -396,13 +385,12 @@ class ProcessHandlers(CoreState):
     def _on_kill_due(self, proc: int) -> None:
         process = self._procs.get(proc)
         if process is not None:
-            self._carry_out(process, stop_event(process, StopInput.KILL_DUE))
+            self._carry_out(process, process.life.stop_event(StopInput.KILL_DUE))
 
     def _on_abandon_due(self, proc: int) -> None:
         process = self._procs.get(proc)
         if process is not None:
-            process.abandon_streams(ABANDONED)
-            self._carry_out(process, AFTER[Input.ABANDONED])
+            self._carry_out(process, process.abandon_streams(ABANDONED))
 
     def _on_evict_due(self, process: Process) -> None:
         self._finalized.pop(process.proc, None)
@@ -425,7 +413,7 @@ class ProcessHandlers(CoreState):
             _FOLLOW_UPS[do](self, process)
 
     def _settle(self, process: Process) -> None:
-        self._carry_out(process, settle(process))
+        self._carry_out(process, process.life.settle())
 
     def _signal_term(self, process: Process) -> None:
         self._emit(Signal(proc=process.proc, signal="TERM"))
@@ -456,7 +444,7 @@ class ProcessHandlers(CoreState):
         process.pending_size = None
 
     def _release_hold(self, process: Process) -> None:
-        if process.held:
+        if process.life.held:
             process.release()
             self._sync_paused(process)
             self._sync_held()
@@ -483,7 +471,7 @@ class ProcessHandlers(CoreState):
             self._on_evict_due(oldest)
 
     def _recount_if_held(self, process: Process) -> None:
-        if process.held and process.session.conn is None:
+        if process.life.held and process.session.conn is None:
             self._sync_held()
 
     def _finalize(self, process: Process) -> None:
@@ -498,6 +486,19 @@ class ProcessHandlers(CoreState):
                 timed_out=process.timed_out,
             )
         )
+
+    def _forget(self, process: Process) -> None:
+        del self._procs[process.proc]
+        del process.session.processes[process.process_id]  # the id is free again at once
+
+    def _fail_readers(self, process: Process) -> None:
+        for read in list(process.readers.values()):
+            self._cancel_read(read)
+            self._fail(read.conn, read.id, unknown_process(process.process_id))
+
+    def _finalize_failed(self, process: Process) -> None:
+        self.stats.process_finished(process.proc, "spawn_failed", self._now)
+        self._emit(Finalize(proc=process.proc, status="failed", exit_code=None, timed_out=False))
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -534,13 +535,12 @@ class ProcessHandlers(CoreState):
         resume it otherwise."""
         # Only spawned, unfinalized processes have pipes to pause; a process still starting is
         # synced when its spawn is reported.
-        if process.proc not in self._procs or process.phase is Phase.STARTING:
+        if process.proc not in self._procs or process.life.phase is Phase.STARTING:
             return
         conn = process.session.conn
         blocked = conn is not None and self._conns[conn].blocked
         paused = pause_wanted(process, blocked, self._held_bytes, self.config.max_held_bytes)
-        if process.paused != paused:
-            process.paused = paused
+        if process.life.set_paused(paused):
             action = PauseOutput if paused else ResumeOutput
             self._emit(action(proc=process.proc))
 
@@ -551,7 +551,7 @@ class ProcessHandlers(CoreState):
     def _sync_held(self) -> None:
         """Count the output held for detached sessions afresh, and pause or resume their
         processes by it (after a session comes or goes, or a process stops holding)."""
-        detached = [p for p in self._procs.values() if p.held and p.session.conn is None]
+        detached = [p for p in self._procs.values() if p.life.held and p.session.conn is None]
         self._held_bytes = sum(p.log.retained_bytes for p in detached)
         for process in detached:
             self._sync_paused(process)
@@ -570,9 +570,9 @@ def _read_result(
             for c in chunks
         ],
         "nextSeq": chunks[-1].seq + 1 if truncated else process.next_seq,
-        "exited": process.phase in (Phase.EXITED, Phase.CLOSED),
+        "exited": process.life.phase in (Phase.EXITED, Phase.CLOSED),
         "exitCode": process.exit_code,
-        "closed": process.phase is Phase.CLOSED,
+        "closed": process.life.phase is Phase.CLOSED,
         "failure": process.failure,
         "sandboxDenied": process.sandbox_denied,
         "firstRetainedSeq": first if first is not None else process.next_seq,
@@ -596,6 +596,9 @@ _FOLLOW_UPS: dict[Do, Callable[[ProcessHandlers, Process], None]] = {
     Do.RECOUNT_IF_HELD: ProcessHandlers._recount_if_held,
     Do.SET_EVICT: ProcessHandlers._set_evict,
     Do.FINALIZE: ProcessHandlers._finalize,
+    Do.FORGET: ProcessHandlers._forget,
+    Do.FAIL_READERS: ProcessHandlers._fail_readers,
+    Do.FINALIZE_FAILED: ProcessHandlers._finalize_failed,
     Do.WAKE_READERS: ProcessHandlers._wake_readers,
     Do.SYNC_PAUSED: ProcessHandlers._sync_paused,
     Do.APPLY_SIZE: ProcessHandlers._apply_size,

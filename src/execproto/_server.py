@@ -17,13 +17,12 @@ from ._config import Config, Host, announced_environment, inherited_environment
 from ._errors import (
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
-    SESSION_ATTACHED,
     LocalProtocolError,
     RpcError,
     invalid_request,
 )
 from ._jsonrpc import Id
-from ._lifecycle import SESSION_EVENTS, Do, SessionInput, Timer, may_hold
+from ._lifecycle import Do, SessionInput, Timer, may_hold
 from ._processes import ProcessHandlers
 from ._services import parse_fs, parse_http
 from ._session import Connection, Handshake, Session
@@ -254,7 +253,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
 
     def _open_stream(self, event: OutputReceived | StreamClosed) -> None:
         process = self._live_process(event.proc)
-        if process is not None and event.stream not in process.open_streams:
+        if process is not None and event.stream not in process.life.open_streams:
             raise LocalProtocolError(f"process {event.proc}: {event.stream!r} is not open")
 
     def next_deadline(self) -> float | None:
@@ -354,8 +353,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         self._connection_watches_closed(c)
         session = c.session
         if session is not None:
-            session.conn = None
-            self._carry_out_session(session, SESSION_EVENTS[SessionInput.DETACHED])
+            self._carry_out_session(session, session.life.event(SessionInput.DETACHED))
         del self._conns[event.conn]
         self.stats.connection_closed(event.conn)
 
@@ -434,19 +432,15 @@ class ServerCore(ProcessHandlers, WatchHandlers):
                 raise LocalProtocolError(f"session id {c.new_session_id} minted twice")
             session = Session(c.new_session_id)
             self._sessions[session.session_id] = session
-            todo = SESSION_EVENTS[SessionInput.CREATED]
+            attach = SessionInput.CREATED
         else:
             found = self._sessions.get(p.resume_session_id)
             if found is None:
                 raise invalid_request(f"unknown session id {p.resume_session_id}")
-            if found.conn is not None:
-                raise RpcError(
-                    SESSION_ATTACHED,
-                    f"session {p.resume_session_id} is already attached to another connection",
-                )
             session = found
-            todo = SESSION_EVENTS[SessionInput.RESUMED]
-        session.conn = c.conn
+            attach = SessionInput.RESUMED
+        # Refused (-32010) while another connection holds it: `_lifecycle.SESSION_REFUSED`.
+        todo = session.life.event(attach, c.conn)
         c.session = session
         c.handshake = Handshake.INITIALIZING
         self._timers.cancel((Timer.GREET, c.conn))
@@ -495,7 +489,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
 
     def _on_session_expired(self, session_id: str) -> None:
         session = self._sessions.pop(session_id)
-        self._carry_out_session(session, SESSION_EVENTS[SessionInput.EXPIRED])
+        self._carry_out_session(session, session.life.event(SessionInput.EXPIRED))
 
     # -- session follow-ups ---------------------------------------------------------------------
 

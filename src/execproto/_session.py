@@ -2,7 +2,7 @@
 
 A session outlives its connection: when the connection drops the session detaches, its processes
 keep running into their logs, and a new connection may resume it within the TTL. The rules of
-attaching, detaching and expiring are in `_lifecycle`.
+attaching, detaching and expiring are in `_lifecycle`, and so is the state they rule (`life`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 
 from ._jsonrpc import Id
+from ._lifecycle import SessionLife
 from ._process import Process
 
 
@@ -20,15 +21,21 @@ class Handshake(enum.Enum):
 
 
 class Session:
-    __slots__ = ("session_id", "conn", "processes", "acks")
+    __slots__ = ("session_id", "life", "processes", "acks")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
-        self.conn: int | None = None
+        # Attached, detached or expired, and to which connection: written only by `life.event`.
+        self.life = SessionLife(session_id)
         # The client acknowledges output: every log holds what is not yet acknowledged.
         self.acks = False
         # processId -> process. A closed process stays here (readable) until it is evicted.
         self.processes: dict[str, Process] = {}
+
+    @property
+    def conn(self) -> int | None:
+        """Its connection while attached, else None."""
+        return self.life.conn
 
 
 class PendingRead:

@@ -14,10 +14,11 @@ import attrs
 from execproto import Config, Drain, ServerCore
 from execproto._trace import Recorder
 
-from ._driver import Driver, Loop
+from ._driver import Driver
 from ._fs import Files
 from ._host import this_host
 from ._listen import Acceptor, Listen
+from ._loop import Loop
 from ._peer import Gate, Write, WsPeer
 from .backends import Backend, LocalBackend, check_sandbox_type
 

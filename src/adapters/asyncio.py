@@ -23,7 +23,7 @@ READ_SIZE = 256 << 10
 
 
 class _Loop:
-    """`_driver.Loop` over an asyncio loop."""
+    """`_loop.Loop` over an asyncio loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

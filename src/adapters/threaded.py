@@ -38,7 +38,7 @@ READS_AHEAD = 4
 
 
 class _Loop:
-    """`_driver.Loop` over threads. Only `post` may be called from other threads."""
+    """`_loop.Loop` over threads. Only `post` may be called from other threads."""
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()

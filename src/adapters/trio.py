@@ -25,7 +25,7 @@ from ._stdio import DrainingStdioPeer, StdioFds
 
 
 class _Loop:
-    """`_driver.Loop` over a trio nursery."""
+    """`_loop.Loop` over a trio nursery."""
 
     def __init__(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery

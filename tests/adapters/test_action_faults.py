@@ -70,9 +70,12 @@ def _finalize(client: Client) -> None:
     client.events_until_closed("p")  # closed is sent before the finalize that fails
 
 
+# Each room's handler (see faulty_server.py), and what its client checks.
 CASES: dict[str, Callable[[Client], None]] = {
-    "_spawn": _spawn, "_run_fs": _run_fs, "_run_http": _run_http, "_signal": _signal,
-    "_write_stdin": _stdin, "_close_stdin": _stdin, "_finalize": _finalize,
+    "_children:Children._spawn": _spawn, "_fs_calls:FsCalls._run": _run_fs,
+    "_http_calls:HttpCalls._run": _run_http, "_children:Children._signal": _signal,
+    "_children:Children._write_stdin": _stdin, "_children:Children._close_stdin": _stdin,
+    "_children:Children._finalize": _finalize,
 }
 
 

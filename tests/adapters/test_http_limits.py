@@ -12,7 +12,7 @@ import pytest
 
 from execproto import HttpRequest
 from execproto.adapters import _http
-from execproto.adapters._driver import HTTP_PER_CONNECTION
+from execproto.adapters._http_calls import HTTP_PER_CONNECTION
 
 from .conftest import STARVED, Server, start, uri
 from .test_limits import rss_mib
@@ -104,7 +104,7 @@ def test_hung_http_calls_never_hold_up_fs_calls(server: Server, silent: Silent,
 def test_sigterm_with_hung_calls_stops_within_the_kill_grace_and_a_second(
     adapter: str, silent: Silent
 ) -> None:
-    server = Server(adapter, "--kill-grace", "0.5")
+    server = Server(adapter, "--kill-grace", "0.5", "--drain-grace", "0")  # the stop at once
     c = server.client()
     hang(c, silent.url)
     start(c, "sleeper", ["sleep", "60"])

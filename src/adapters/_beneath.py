@@ -19,8 +19,7 @@ import stat
 from collections.abc import Sequence
 
 from execproto import INTERNAL_ERROR, INVALID_REQUEST, Policy, RpcError
-from execproto._globs import denies
-from execproto._policy import RANK, PathRule
+from execproto.policy import RANK, PathRule, denies
 
 MAX_LINKS = 40  # as the kernel: more symlinks than this on one path is a loop (ELOOP)
 RETRIES = 8  # resolutions of one path raced by a swap before the call gives up with ELOOP

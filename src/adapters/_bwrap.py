@@ -29,7 +29,7 @@ import sys
 from collections import Counter
 
 from execproto import Policy, SpawnSpec
-from execproto._policy import PathRule, deepest
+from execproto.policy import PathRule, deepest
 
 from . import _glob, _seccomp, _stage
 

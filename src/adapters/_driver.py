@@ -34,7 +34,7 @@ from execproto import (
     Unwatch,
     WatchMissing,
 )
-from execproto._trace import Recorder
+from execproto.trace import Recorder
 
 from . import _posix
 from ._children import Children

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 
-from execproto._globs import ANY_DIRECTORIES, name_matches, parts
+from execproto.policy import ANY_DIRECTORIES, name_matches, parts
 
 # The kernel's own trees: a fresh /proc and /dev in every sandbox, and /sys is no place for
 # a workspace's secrets; walking them is slow and, for /proc, endless.

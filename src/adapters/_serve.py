@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from execproto import Config, Drain, ServerCore
-from execproto._trace import Recorder
+from execproto.trace import Recorder
 
 from ._driver import Driver
 from ._fs import Files

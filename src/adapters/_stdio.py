@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from execproto._jsonrpc import Incoming, parse
+from execproto.jsonrpc import Incoming, parse
 
 from ._peer import StdioPeer, Write
 

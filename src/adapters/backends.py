@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import attrs
 
 from execproto import Policy, SpawnSpec
-from execproto._policy import PathRule
+from execproto.policy import PathRule
 
 from . import _bwrap, _posix
 from ._beneath import Scope, resolved_policy

@@ -408,7 +408,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _fit_descriptors(config: Config) -> None:
     """Raise the descriptor limit to what the limits need, and say so when it stays short."""
-    from execproto._descriptors import PER_PROCESS, budget
+    from execproto.descriptors import PER_PROCESS, budget
 
     from . import _host
 
@@ -497,7 +497,7 @@ def _load_backend(spec: str) -> Backend:
 
 def _replay(args: argparse.Namespace) -> int:
     from execproto import replay
-    from execproto._trace import readable
+    from execproto.trace import readable
 
     line = 0
 

@@ -11,12 +11,11 @@ queued is written).
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from execproto import (
     Config,
@@ -33,17 +32,14 @@ from ._ws import ServerSocket, Token, plain_http_refusal, text_frame_header
 if TYPE_CHECKING:
     import ssl
 
+    from execproto import Greeting
+
     from ._driver import Driver
     from ._tls import ServerTls
 
 Write = Callable[[Sequence[bytes]], None]
 
 log = logging.getLogger("execproto")
-
-# The log line for a connection names its session, which only the core's answer to
-# `initialize` says. So the first few messages are looked at for that request and, while it is
-# in flight, what is sent for its answer; after that nothing more is parsed.
-WATCHED_MESSAGES = 8
 
 # Send-buffer water marks shared by the adapters: above HIGH the session's processes stop being
 # read; below LOW they start again.
@@ -142,8 +138,9 @@ class Peer:
         self.stuck = False  # blocked: the send buffer is above HIGH_WATER
         self._held: deque[bytes | str] = deque()  # messages read while stuck, not yet handled
         self.label = ""
-        self._watching = WATCHED_MESSAGES
-        self._greeting: tuple[Any, Any] | None = None  # initialize in flight: (id, resuming)
+        # The core's answer to `initialize` last logged, and the session it gave: the log line
+        # for a connection names its session, which only that answer says (see `_greeted`).
+        self._greeting: Greeting | None = None
         self._session: str | None = None
 
     def opened(self, label: str) -> None:
@@ -201,40 +198,27 @@ class Peer:
         # A frame read in the same batch as one that got the connection closed comes after the
         # close: the core has forgotten the connection, and the frame is moot.
         if self.open:
-            if self._watching > 0:
-                self._watch_request(data)
             self.driver.feed(MessageReceived(conn=self.conn, data=data))
 
-    def _watch_request(self, data: bytes | str) -> None:
-        self._watching -= 1
-        message = _parsed(data)
-        if message.get("method") == "initialize":
-            params = message.get("params")
-            resuming = params.get("resumeSessionId") if isinstance(params, dict) else None
-            self._greeting = (message.get("id"), resuming)
-
-    def watch_reply(self, data: bytes) -> None:
-        """Log the answer to `initialize`: the connection's one line at INFO."""
-        assert self._greeting is not None
-        message = _parsed(data)
-        asked, resuming = self._greeting
-        if message.get("id") != asked or not ("result" in message or "error" in message):
+    def _greeted(self) -> None:
+        """Log the core's answer to `initialize`, once it has given one: the connection's one
+        line at INFO. Asked at each send until a session is attached, since the answer is a
+        send; the core says what it answered (`ServerCore.greeting`), nothing is parsed here."""
+        greeting = self.driver.core.greeting(self.conn)
+        if greeting is None or greeting is self._greeting:
             return
-        self._greeting = None
-        result = message.get("result")
-        session = result.get("sessionId") if isinstance(result, dict) else None
-        if isinstance(session, str):
-            self._session = session
-            self._watching = 0
-            how = "resumed" if session == resuming else "new"
-            log.info("connection %d from %s: %s session %s", self.conn, self.label, how, session,
-                     extra={"fields": {"conn": self.conn, "peer": self.label,
-                                       "session": session, "resumed": how == "resumed"}})
+        self._greeting = greeting
+        if greeting.session_id is None:
+            log.info("connection %d from %s: initialize refused: %s", self.conn, self.label,
+                     greeting.refused, extra={"fields": {"conn": self.conn, "peer": self.label,
+                                                         "refused": greeting.refused}})
             return
-        error = message.get("error")
-        why = error.get("message") if isinstance(error, dict) else error
-        log.info("connection %d from %s: initialize refused: %s", self.conn, self.label, why,
-                 extra={"fields": {"conn": self.conn, "peer": self.label, "refused": why}})
+        self._session = greeting.session_id
+        how = "resumed" if greeting.resumed else "new"
+        log.info("connection %d from %s: %s session %s", self.conn, self.label, how,
+                 greeting.session_id, extra={"fields": {
+                     "conn": self.conn, "peer": self.label, "session": greeting.session_id,
+                     "resumed": greeting.resumed}})
 
     # -- what the driver asks of it -------------------------------------------------------------
 
@@ -424,8 +408,8 @@ class WsPeer(Peer):
             self.hang_up()
 
     def send(self, data: bytes) -> None:
-        if self._greeting is not None:
-            self.watch_reply(data)
+        if self._session is None:
+            self._greeted()
         if not self.closing:
             self.write((text_frame_header(len(data)), data))
 
@@ -473,21 +457,11 @@ class StdioPeer(Peer):
                 self.message(bytes(line))
 
     def send(self, data: bytes) -> None:
-        if self._greeting is not None:
-            self.watch_reply(data)
+        if self._session is None:
+            self._greeted()
         if not self.closing:
             self.write((data, b"\n"))
 
     def close(self, code: int, reason: str) -> None:
         self.closing = True
         self.hang_up()
-
-
-
-def _parsed(data: bytes | str) -> dict[str, Any]:
-    """A message as JSON, or {} when it is not an object (the core answers that, not us)."""
-    try:
-        message = json.loads(data)
-    except (ValueError, RecursionError):
-        return {}
-    return message if isinstance(message, dict) else {}

@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time, `__getattr__` below
     from ._policy import PathRule as PathRule
     from ._policy import Policy as Policy
     from ._server import ServerCore as ServerCore
+    from ._session import Greeting as Greeting
     from ._trace import Recorder as Recorder
     from ._trace import ReplayResult as ReplayResult
     from ._trace import replay as replay
@@ -113,6 +114,7 @@ _WHERE = {name: module for module, names in {
     "._paths": ("path_from_uri", "uri_from_path"),
     "._policy": ("PathRule", "Policy"),
     "._server": ("ServerCore",),
+    "._session": ("Greeting",),
     "._trace": ("Recorder", "ReplayResult", "replay"),
     ".actions": ("Action", "CancelHttp", "CloseConnection", "CloseStdin", "Finalize", "FsRequest",
                  "HttpRequest", "PauseOutput", "ResizeTerminal", "ResumeOutput", "RunFs",
@@ -157,6 +159,7 @@ __all__ = [
     "FinalizeFailed",
     "FsCompleted",
     "FsRequest",
+    "Greeting",
     "HandshakeFailed",
     "Host",
     "HttpBodyDelta",

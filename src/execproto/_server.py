@@ -25,7 +25,7 @@ from ._jsonrpc import Id
 from ._lifecycle import Do, SessionInput, Timer, may_hold
 from ._processes import ProcessHandlers
 from ._services import parse_fs, parse_http
-from ._session import Connection, Handshake, Session
+from ._session import Connection, Greeting, Handshake, Session
 from ._stats import Stats
 from ._watches import WatchHandlers
 from .actions import Action, CloseConnection, FsRequest
@@ -291,6 +291,12 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         """No process is spawned or starting that has not been finalized."""
         return not self._procs
 
+    def greeting(self, conn: int) -> Greeting | None:
+        """How connection ``conn``'s ``initialize`` was last answered (None: not yet, or no
+        such connection): for the adapter's log line, as h11 exposes `their_http_version`."""
+        c = self._conns.get(conn)
+        return c.greeting if c is not None else None
+
     # -- connections and the handshake --------------------------------------------------------
 
     def _on_connection_opened(self, event: ConnectionOpened) -> None:
@@ -402,7 +408,11 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         if method_name == "initialize":
             if c.handshake is not Handshake.NEW:
                 raise invalid_request("initialize may only be sent once per connection")
-            self._initialize(c, msg_id, _params.initialize(raw))
+            try:
+                self._initialize(c, msg_id, _params.initialize(raw))
+            except RpcError as refused:
+                c.greeting = Greeting(session_id=None, refused=refused.message)
+                raise
             return
         method = self._methods.get(method_name)
         if method is None:
@@ -446,6 +456,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         self._timers.cancel((Timer.GREET, c.conn))
         session.acks = p.output_acks
         self._carry_out_session(session, todo)
+        c.greeting = Greeting(session.session_id, resumed=attach is SessionInput.RESUMED)
         result: dict[str, Any] = {
             "sessionId": session.session_id,
             "environmentInfo": self.host.environment_info,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 
+import attrs
+
 from ._jsonrpc import Id
 from ._lifecycle import SessionLife
 from ._process import Process
@@ -18,6 +20,17 @@ class Handshake(enum.Enum):
     NEW = "new"  # nothing yet: only `initialize` is allowed
     INITIALIZING = "initializing"  # `initialize` answered; waiting for `initialized`
     READY = "ready"
+
+
+@attrs.frozen
+class Greeting:
+    """How a connection's ``initialize`` was last answered: the session it attached to, new or
+    resumed, or why it was refused. Read by the adapter for its log line (`ServerCore.greeting`),
+    so that it need not read the messages itself."""
+
+    session_id: str | None  # None: refused
+    resumed: bool = False
+    refused: str | None = None
 
 
 class Session:
@@ -69,6 +82,7 @@ class Connection:
         "ops",
         "fs_handles",
         "http_streams",
+        "greeting",
     )
 
     def __init__(self, conn: int, new_session_id: str, label: str, opened: float = 0.0) -> None:
@@ -88,3 +102,4 @@ class Connection:
         self.ops: set[int] = set()
         self.fs_handles: set[str] = set()
         self.http_streams: dict[str, int] = {}  # requestId -> op, while streaming
+        self.greeting: Greeting | None = None  # once an `initialize` has been answered

@@ -26,6 +26,7 @@ from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError
 from ._redact import Redactor
 from ._server import ServerCore
+from ._session import Greeting
 from .actions import Action
 from .events import EVENT_TYPES, Event
 
@@ -146,6 +147,9 @@ class Recorder:
     @property
     def idle(self) -> bool:
         return self.core.idle
+
+    def greeting(self, conn: int) -> Greeting | None:
+        return self.core.greeting(conn)
 
 
 def _same(value: Any) -> Any:

@@ -12,6 +12,7 @@ from execproto import (
     Config,
     ConnectionOpened,
     Finalize,
+    Greeting,
     PauseOutput,
     ProcessSpawned,
     ResumeOutput,
@@ -93,6 +94,22 @@ def test_no_session_exists_before_initialize() -> None:
     h.disconnect(1)
     h.disconnect(2)
     assert h.core.next_deadline() is None
+
+
+def test_the_core_says_how_each_connections_initialize_was_answered() -> None:
+    """`ServerCore.greeting`: what an adapter logs for a connection, read from the core rather
+    than from the messages: nothing before an answer, then a refusal with its reason, then the
+    session, new or resumed."""
+    h = ready()  # conn 1: session-1
+    assert h.core.greeting(1) == Greeting("session-1", resumed=False)
+    h.connect(2)
+    assert h.core.greeting(2) is None  # nothing answered yet
+    h.call(2, "initialize", {"clientName": "c", "resumeSessionId": "session-1"})
+    assert h.core.greeting(2) == Greeting(None, refused=already_attached("session-1"))
+    h.disconnect(1)
+    assert h.core.greeting(1) is None  # a connection gone is no connection
+    assert "result" in h.call(2, "initialize", {"clientName": "c", "resumeSessionId": "session-1"})
+    assert h.core.greeting(2) == Greeting("session-1", resumed=True)
 
 
 def test_a_connection_that_never_initializes_is_closed_after_the_handshake_timeout() -> None:

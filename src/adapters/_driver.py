@@ -34,6 +34,7 @@ from execproto import (
     Unwatch,
     WatchMissing,
 )
+from execproto.actions import CloseCode
 from execproto.trace import Recorder
 
 from . import _posix
@@ -208,7 +209,7 @@ class Driver:
             self._cancel_tick()
             self._cancel_tick = None
         for peer in list(self.peers.values()):
-            peer.close(1011, "internal error")
+            peer.close(CloseCode.INTERNAL_ERROR, "internal error")
         self.children.kill_all()
         self.http.abandon()
         if self._stopping:  # failed while stopping: the stop goes on, with nothing left to do
@@ -235,7 +236,7 @@ class Driver:
 
     def _connection_raised(self, action: Send | CloseConnection, why: str) -> None:
         if action.conn in self.peers:
-            self.peers[action.conn].close(1011, "internal error")
+            self.peers[action.conn].close(CloseCode.INTERNAL_ERROR, "internal error")
 
     def _trim(self) -> None:
         """Output buffers come from the heap (see `_posix.keep_buffers_in_heap`); the memory

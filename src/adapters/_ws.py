@@ -30,14 +30,14 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
+from execproto.actions import CloseCode
+
 MAX_MESSAGE = 64 << 20  # bytes in one message, after which the connection is closed with 1009
-MESSAGE_TOO_BIG = 1009
 # Frames are parsed one at a time at some 25 us each, all on the thread that serves everyone:
 # a message in more fragments than this, or more pings than this between two of ours, closes
 # the connection rather than hold the others up (3M one-byte fragments once took 26 s).
 MAX_FRAGMENTS = 4096
 MAX_PINGS = 1024
-POLICY_VIOLATION = 1008
 
 
 def text_frame_header(length: int) -> bytes:
@@ -141,7 +141,7 @@ class ServerSocket:
             self._frames(data, out)
         return out
 
-    def close(self, code: int = 1000, reason: str = "") -> bytes:
+    def close(self, code: int = CloseCode.NORMAL_CLOSURE, reason: str = "") -> bytes:
         """The close frame to send when the server ends the connection."""
         if self._ws is None or self.closed:
             self.closed = True
@@ -224,7 +224,7 @@ class ServerSocket:
                 elif isinstance(event, Ping):
                     self._pings += 1
                     if self._pings > MAX_PINGS:
-                        out.send += self.close(POLICY_VIOLATION, "too many pings")
+                        out.send += self.close(CloseCode.POLICY_VIOLATION, "too many pings")
                         out.closed = True
                         return
                     out.send += ws.send(event.response())
@@ -242,7 +242,7 @@ class ServerSocket:
                 if self.closed:
                     return
         except RemoteProtocolError:
-            out.send += self.close(1002, "protocol error")
+            out.send += self.close(CloseCode.PROTOCOL_ERROR, "protocol error")
             out.closed = True
         if not data:
             self.closed = out.closed = True
@@ -252,7 +252,7 @@ class ServerSocket:
         self._size += len(event.data)
         if self._size > self._max_message or len(self._parts) > MAX_FRAGMENTS:
             reason = "message too big" if self._size > self._max_message else "too many fragments"
-            out.send += self.close(MESSAGE_TOO_BIG, reason)
+            out.send += self.close(CloseCode.MESSAGE_TOO_BIG, reason)
             out.closed = True
             return
         if event.message_finished:

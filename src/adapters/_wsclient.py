@@ -24,6 +24,8 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
+from execproto.actions import CloseCode
+
 _READ_SIZE = 1 << 18
 # Of a refusal's body, only this much is read, and only a short plain-text first line is shown:
 # a wrong port may land on a web server whose answer is a whole page.
@@ -235,7 +237,8 @@ class WebSocket:
                 self._closed = True
                 with anyio.move_on_after(1):
                     async with self._send_lock:
-                        await self._stream.send(self._ws.send(CloseConnection(code=1000)))
+                        bye = CloseConnection(code=CloseCode.NORMAL_CLOSURE)
+                        await self._stream.send(self._ws.send(bye))
         except Exception:
             pass  # the connection is already gone: nothing to say goodbye to
         await anyio.aclose_forcefully(self._stream)

@@ -28,7 +28,7 @@ from ._services import parse_fs, parse_http
 from ._session import Connection, Greeting, Handshake, Session
 from ._stats import Stats
 from ._watches import WatchHandlers
-from .actions import Action, CloseConnection, FsRequest
+from .actions import Action, CloseCode, CloseConnection, FsRequest
 from .events import (
     ConnectionClosed,
     ConnectionOpened,
@@ -91,22 +91,6 @@ _FS_METHODS = (
     "fs/close",
 )
 
-# WebSocket close codes (RFC 6455 and the IANA registry): the peer broke the protocol; the
-# server is going away; the server is overloaded, try again later; a policy was broken; a
-# message too big.
-PROTOCOL_ERROR = 1002
-GOING_AWAY = 1001
-TRY_AGAIN_LATER = 1013
-POLICY_VIOLATION = 1008
-MESSAGE_TOO_BIG = 1009
-# What the metrics call the connections the server closed, by close code.
-CLOSE_NAMES = {
-    PROTOCOL_ERROR: "protocol_error",
-    GOING_AWAY: "going_away",
-    TRY_AGAIN_LATER: "try_again_later",
-    POLICY_VIOLATION: "policy_violation",
-    MESSAGE_TOO_BIG: "message_too_big",
-}
 # Bytes a message may have before the connection's initialize: its own is a few hundred.
 MAX_BEFORE_INITIALIZE = 64 << 10
 
@@ -306,12 +290,13 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         self._conns[event.conn] = c
         self.stats.connection_opened(c.conn)
         if self._shutting_down:
-            self._close_connection(c, "server shutting down", GOING_AWAY)
+            self._close_connection(c, "server shutting down", CloseCode.GOING_AWAY)
         elif self._draining:
-            self._close_connection(c, "server draining: it takes no new connections", GOING_AWAY)
+            self._close_connection(c, "server draining: it takes no new connections",
+                                   CloseCode.GOING_AWAY)
         elif not self._room_for(c):
             reason = f"too many connections: at most {self.config.max_connections}"
-            self._close_connection(c, reason, TRY_AGAIN_LATER)
+            self._close_connection(c, reason, CloseCode.TRY_AGAIN_LATER)
         else:
             # A connection that never initializes would hold its place among max_connections
             # for as long as its client liked: it gets the handshake's time, then is closed.
@@ -330,7 +315,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             if c.handshake is Handshake.NEW and c is not newcomer:
                 self._close_connection(
                     c, f"too many connections: at most {self.config.max_connections}, and "
-                    "this one sent no initialize", TRY_AGAIN_LATER)
+                    "this one sent no initialize", CloseCode.TRY_AGAIN_LATER)
                 return True
         return False
 
@@ -346,7 +331,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         self._shutting_down = True
         for c in list(self._conns.values()):
             if not c.closing:
-                self._close_connection(c, "server shutting down", GOING_AWAY)
+                self._close_connection(c, "server shutting down", CloseCode.GOING_AWAY)
         for process in list(self._procs.values()):
             self._terminate(process)
 
@@ -372,7 +357,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             # four 45 MiB writes before initialize stalled every other client for seconds.
             self._close_connection(
                 c, f"a message of {len(event.data)} bytes before initialize (at most "
-                f"{MAX_BEFORE_INITIALIZE})", MESSAGE_TOO_BIG)
+                f"{MAX_BEFORE_INITIALIZE})", CloseCode.MESSAGE_TOO_BIG)
             return
         message = _jsonrpc.parse(event.data)
         if isinstance(message, _jsonrpc.Malformed):
@@ -431,9 +416,10 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         assert c.session is not None
         method.run(c, c.session, msg_id, params)
 
-    def _close_connection(self, c: Connection, reason: str, code: int = PROTOCOL_ERROR) -> None:
+    def _close_connection(self, c: Connection, reason: str,
+                          code: CloseCode = CloseCode.PROTOCOL_ERROR) -> None:
         c.closing = True
-        self.stats.server_closed(CLOSE_NAMES.get(code, str(code)))
+        self.stats.server_closed(code.name.lower())
         self._emit(CloseConnection(conn=c.conn, code=code, reason=reason))
 
     def _initialize(self, c: Connection, msg_id: Id, p: _params.InitializeParams) -> None:
@@ -495,8 +481,8 @@ class ServerCore(ProcessHandlers, WatchHandlers):
     def _on_greet_due(self, conn: int) -> None:
         c = self._conns[conn]  # a closed connection's deadline is cancelled with it
         if c.handshake is Handshake.NEW and not c.closing:
-            self._close_connection(
-                c, f"no initialize within {self.config.handshake_timeout:g} s", POLICY_VIOLATION)
+            self._close_connection(c, f"no initialize within {self.config.handshake_timeout:g} s",
+                                   CloseCode.POLICY_VIOLATION)
 
     def _on_session_expired(self, session_id: str) -> None:
         session = self._sessions.pop(session_id)

@@ -7,6 +7,7 @@ order they are defined here, and is derived from the classes below. `SpawnSpec`,
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Literal
 
 import attrs
@@ -17,6 +18,7 @@ __all__ = [
     "ACTION_TYPES",
     "Action",
     "CancelHttp",
+    "CloseCode",
     "CloseConnection",
     "CloseStdin",
     "Finalize",
@@ -44,6 +46,21 @@ SignalName = Literal["INT", "TERM", "KILL"]
 
 # How a process ended, for `Finalize`.
 FinalizeStatus = Literal["completed", "failed"]
+
+
+class CloseCode(enum.IntEnum):
+    """The websocket close codes execproto sends (RFC 6455 and IANA's registry), named as
+    wsproto's `CloseReason` names them: the core's in `CloseConnection`, the adapters' own
+    (a normal close, an internal error, a protocol error or message too big in the framing)
+    from the same list. A code's name, lower case, is its metrics label."""
+
+    NORMAL_CLOSURE = 1000
+    GOING_AWAY = 1001  # the server stops or drains
+    PROTOCOL_ERROR = 1002  # the client broke the protocol
+    POLICY_VIOLATION = 1008  # no initialize in time; pings too often
+    MESSAGE_TOO_BIG = 1009
+    INTERNAL_ERROR = 1011  # the server's bug: its core failed, or an action could not be done
+    TRY_AGAIN_LATER = 1013  # no room: too many connections
 
 
 class Action:
@@ -88,7 +105,7 @@ class CloseConnection(Action):
     ignored."""
 
     conn: int
-    code: int
+    code: int  # a `CloseCode`
     reason: str
 
 

@@ -269,7 +269,8 @@ class Server:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "execproto.adapters", "serve", "--listen", "ws://127.0.0.1:0",
              "--adapter", adapter, "--auth-token-file", str(token_file), "--kill-grace", "0.5",
-             "--sandbox", sandbox, "--log-level", "ERROR"],
+             "--sandbox", sandbox, "--log-level", "ERROR",
+             "--drain-grace", "0"],  # the attacks leave processes running at the stop
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().strip()

@@ -60,7 +60,8 @@ def main() -> int:
     size = args.mb * 1_000_000
     server = subprocess.Popen(
         [*EXECPROTO, "serve", "--listen", "ws://127.0.0.1:0", "--adapter", args.adapter,
-         "--log-level", "warning"], stdout=subprocess.PIPE, text=True)
+         "--log-level", "warning", "--drain-grace", "0"],  # the unread process still runs
+        stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()

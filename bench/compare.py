@@ -76,8 +76,9 @@ class Server:
 
 
 def execproto(adapter: str) -> Callable[[], Server]:
+    # --drain-grace 0: stopped at once, as the reference is, not after a drain.
     argv = [sys.executable, "-m", "execproto.adapters", "serve", "--listen", "ws://127.0.0.1:0",
-            "--adapter", adapter, "--log-level", "WARNING"]
+            "--adapter", adapter, "--log-level", "WARNING", "--drain-grace", "0"]
     return lambda: Server(f"execproto-{adapter}", argv)
 
 

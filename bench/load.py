@@ -270,7 +270,8 @@ class LoadServer:
         self.log = tempfile.TemporaryFile()
         argv = [sys.executable, "-m", "execproto.adapters", "serve", "--listen",
                 "ws://127.0.0.1:0", "--adapter", adapter, "--session-ttl", str(session_ttl),
-                "--log-level", "WARNING"]
+                "--log-level", "WARNING",
+                "--drain-grace", "0"]  # detached sessions may still hold processes at the stop
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, text=True)
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().strip()

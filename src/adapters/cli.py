@@ -170,11 +170,14 @@ def _parser(exec_options: bool = True) -> _Parser:
     serve.add_argument("--retention-bytes", type=int, default=Config().retention_bytes,
                        metavar="BYTES",
                        help="newest output bytes kept per process (default %(default)s)")
-    serve.add_argument("--drain-grace", type=_seconds, default=0.0, metavar="SECONDS",
+    serve.add_argument("--drain-grace", type=_seconds, default=10.0, metavar="SECONDS",
                        help="on the first SIGTERM or SIGINT, refuse new connections and "
                        "processes and wait up to this long for the running ones to finish "
-                       "(/readyz answers 503 meanwhile; a second signal stops at once); 0, "
-                       "the default, stops at once")
+                       "(/readyz answers 503 meanwhile; a second signal stops at once); 0 "
+                       "stops at once. The default ends well inside Kubernetes' 30 s "
+                       "terminationGracePeriodSeconds, leaving room for a preStop hook, the "
+                       "kill grace and the close; Nomad waits 5 s (kill_timeout) by default, "
+                       "so set kill_timeout above it (default %(default)s)")
     serve.add_argument("--kill-grace", type=float, default=Config().kill_grace,
                        metavar="SECONDS",
                        help="seconds between TERM and KILL on terminate (default %(default)s)")

@@ -19,10 +19,15 @@ ADAPTERS = ["asyncio", "trio", "threads"]
 
 class Server:
     def __init__(self, adapter: str, *args: str, env: dict[str, str] | None = None,
-                 prefix: tuple[str, ...] = ()) -> None:
-        """``prefix``: a command the server runs under (to run it as another user, say)."""
+                 prefix: tuple[str, ...] = (), drain_grace: str | None = "0") -> None:
+        """``prefix``: a command the server runs under (to run it as another user, say).
+        ``drain_grace``: the ``--drain-grace`` (None: the server's default). 0, so that a stop
+        with processes still running does not wait out a drain: the tests here are about
+        other things (test_drain.py is about the drain, and gives its own, which comes later
+        in ``args`` and so wins)."""
+        grace = () if drain_grace is None else ("--drain-grace", drain_grace)
         command = [*prefix, sys.executable, "-m", "execproto.adapters", "serve",
-                   "--listen", "ws://127.0.0.1:0", "--adapter", adapter, *args]
+                   "--listen", "ws://127.0.0.1:0", "--adapter", adapter, *grace, *args]
         self.process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,

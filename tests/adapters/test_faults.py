@@ -68,7 +68,8 @@ class LimitedServer:
 
         self.process = subprocess.Popen(
             [sys.executable, "-m", "execproto.adapters", "serve", "--listen", "ws://127.0.0.1:0",
-             "--adapter", adapter, "--kill-grace", "0.3"],
+             "--adapter", adapter, "--kill-grace", "0.3",
+             "--drain-grace", "0"],  # the stop comes with processes running: not a drain
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limit,
         )
         assert self.process.stdout is not None

@@ -72,7 +72,8 @@ def test_an_abandoned_session_is_terminated_after_the_ttl(adapter: str) -> None:
 
 
 def test_sigterm_stops_every_process_tree_and_exits_0(adapter: str) -> None:
-    server = Server(adapter, "--kill-grace", "0.5")
+    # No drain: the stop at once. A drain's end stops the same way (test_drain.py).
+    server = Server(adapter, "--kill-grace", "0.5", "--drain-grace", "0")
     c = server.client()
     start(c, "tree", ["sh", "-c", "sleep 60 & echo $$ $!; wait"])
     start(c, "stubborn", ["sh", "-c", "trap '' TERM; sleep 60 & echo $$ $!; wait"])

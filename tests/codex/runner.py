@@ -115,8 +115,10 @@ class Run:
             if token_file:
                 command += ["--ws-auth", "capability-token", "--ws-token-file", str(token_file)]
         else:
+            # --drain-grace 0: `close` stops it at once, as the reference stops, whatever
+            # codex left running.
             command = [sys.executable, "-m", "execproto.adapters", "serve", "--listen", listen,
-                       "--adapter", self.server]
+                       "--adapter", self.server, "--drain-grace", "0"]
             if token_file:
                 command += ["--auth-token-file", str(token_file)]
             if certs:

@@ -122,7 +122,9 @@ Serve the exec-server protocol on a websocket (ws://IP:PORT, or wss://IP:PORT ov
 (--listen stdio: one JSON-RPC message a line, from a pipe or a file; when stdin ends,
 everything it asked is answered and the server stops).
 
-SIGTERM or Ctrl-C stops the server: every process it started is terminated first.
+SIGTERM or Ctrl-C drains the server (see --drain-grace), then stops it: every process it
+started is terminated first. A second signal stops it at once; SIGHUP re-reads the token file
+and the TLS certificate.
 """
 
 REPLAY = """\

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import attrs
 
+from ._token import file_stamp
+
 log = logging.getLogger("execproto")
 
 READ_SIZE = 256 << 10  # plaintext asked of OpenSSL at once (it gives at most a record, 16 KiB)
@@ -87,6 +89,9 @@ def _load(context: ssl.SSLContext, texts: tuple[str, str], names: tuple[str, str
                 raise TlsSetupError(f"{key_name} is not the key of the certificate in "
                                     f"{cert_name}") from None
             raise TlsSetupError(f"{key_name}: no PEM private key in it") from None
+        except OSError as exc:  # no /proc to open the memory files through
+            raise TlsSetupError(f"{cert_name} and {key_name} could not be loaded: "
+                                f"{exc.strerror or exc}") from None
     finally:
         for fd in fds:
             os.close(fd)
@@ -110,15 +115,7 @@ class CertFiles:
         self.context = server_context(cert, key, names)
 
     def _stamp(self) -> tuple[tuple[int, int, int] | None, ...]:
-        stamps: list[tuple[int, int, int] | None] = []
-        for path in self._paths:
-            try:
-                st = os.stat(path)
-            except OSError:
-                stamps.append(None)
-            else:
-                stamps.append((st.st_mtime_ns, st.st_size, st.st_ino))
-        return tuple(stamps)
+        return tuple(file_stamp(path) for path in self._paths)
 
     def current(self) -> ssl.SSLContext:
         """The context for a new connection: loaded again first if a file changed."""

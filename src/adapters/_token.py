@@ -17,27 +17,30 @@ from pathlib import Path
 log = logging.getLogger("execproto")
 
 
+def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
+    """What tells that a file changed, in one system call: its mtime, size and inode (a file
+    renamed over it, as a Secret volume or certbot does, is a new inode). None: unreadable."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
 class TokenFile:
     def __init__(self, path: Path, token: str) -> None:
         self.path = path
         self._token = token
-        self._seen = self._stamp()
-
-    def _stamp(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return st.st_mtime_ns, st.st_size, st.st_ino
+        self._seen = file_stamp(path)
 
     def current(self) -> str:
         """The token now: re-read first if the file changed since it was last read."""
-        if self._stamp() != self._seen:
+        if file_stamp(self.path) != self._seen:
             self.reload("the file changed")
         return self._token
 
     def reload(self, why: str = "SIGHUP") -> None:
-        self._seen = self._stamp()
+        self._seen = file_stamp(self.path)
         try:
             token = self.path.read_text().strip()
         except (OSError, UnicodeDecodeError) as exc:

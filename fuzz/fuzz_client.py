@@ -14,15 +14,8 @@ from typing import Any
 from fuzz_core import TARGETS, fuzz
 from hypothesis import strategies as st
 
-from execproto import (
-    ClientCore,
-    ClientEvent,
-    ClientState,
-    Closed,
-    Exited,
-    LocalProtocolError,
-    Output,
-)
+from execproto import ClientCore, ClientState, LocalProtocolError
+from execproto.client_events import ClientEvent, Closed, Exited, Output
 
 PIDS = ["p", "q", "r"]
 
@@ -67,12 +60,21 @@ _note = st.tuples(
     }),
 )
 
+# A frame with fields of any type where the core expects one: a method that is a list, an id
+# that is true or 1.0. Whatever they hold, the core reports them; it must not stop.
+_odd_frame = st.fixed_dictionaries({"jsonrpc": st.just("2.0")}, optional={
+    "id": st.sampled_from([True, False, 1.0, -1.0, "1", None]) | _json,
+    "method": st.sampled_from(["process/output", "process/closed"]) | _json,
+    "params": _json, "result": _result, "error": _error | _json,
+})
+
 STEPS = st.lists(
     st.one_of(
         st.tuples(st.just("answer"), st.integers(0, 30), _result),
         st.tuples(st.just("error"), st.integers(0, 30), _error),
         st.tuples(st.just("note"), _note),
-        st.tuples(st.just("raw"), st.text(max_size=12) | _json.map(json.dumps)),
+        st.tuples(st.just("raw"), st.text(max_size=12) | _json.map(json.dumps)
+                  | _odd_frame.map(json.dumps)),
         st.tuples(st.just("lost")),
         st.tuples(st.just("made")),
         st.tuples(st.just("call"), st.sampled_from(["start", "write", "signal", "read", "info",

@@ -2,8 +2,10 @@
 every public name is there, is the object its submodule defines, and is seen by mypy.
 
 The table in ``__init__`` and the imports under ``if TYPE_CHECKING:`` are two lists of the same
-names: checked here to agree with each other and with ``__all__``. Purity once everything is
-loaded is checked too, since ``import execproto`` alone no longer loads the core.
+names: checked here to agree with each other and with ``__all__`` (which leaves out only the
+client's events, importable from ``execproto`` for compatibility but listed in
+``execproto.client_events``). Purity once everything is loaded is checked too, since
+``import execproto`` alone no longer loads the core.
 """
 
 from __future__ import annotations
@@ -53,6 +55,15 @@ def test_using_a_name_loads_only_its_side() -> None:
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('execproto'))))"))
     assert "execproto._server" in loaded
     assert "execproto._client" not in loaded
+    assert "execproto.client_events" not in loaded
+
+
+def test_the_client_loads_none_of_the_server() -> None:
+    loaded = json.loads(fresh(
+        "import json, sys\nfrom execproto import ClientCore\nimport execproto.client_events\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('execproto'))))"))
+    assert "execproto._client" in loaded
+    assert not {"execproto._server", "execproto.events", "execproto.actions"} & set(loaded)
 
 
 def test_the_table_the_checked_imports_and_all_name_the_same() -> None:
@@ -60,8 +71,21 @@ def test_the_table_the_checked_imports_and_all_name_the_same() -> None:
 
     table = execproto._WHERE
     assert checked_imports() == table
-    assert sorted(execproto.__all__) == sorted(table)
+    assert sorted(execproto.__all__) == sorted(set(table) - set(execproto._COMPATIBLE))
     assert len(set(execproto.__all__)) == len(execproto.__all__)
+
+
+def test_the_client_events_are_apart_and_still_importable_from_the_top() -> None:
+    import execproto
+    from execproto import client_events, events
+
+    assert set(execproto._COMPATIBLE) < set(client_events.__all__)
+    assert not set(execproto._COMPATIBLE) & set(execproto.__all__)
+    for name in execproto._COMPATIBLE:
+        assert getattr(execproto, name) is getattr(client_events, name), name
+    assert {cls.__name__ for cls in client_events.CLIENT_EVENT_TYPES} <= set(client_events.__all__)
+    for cls in client_events.CLIENT_EVENT_TYPES:
+        assert issubclass(cls, client_events.ClientEvent) and not issubclass(cls, events.Event)
 
 
 def test_every_public_name_is_its_submodules_object() -> None:
@@ -79,7 +103,7 @@ def test_star_import_dir_and_unknown_names() -> None:
 
     assert set(execproto.__all__) <= set(names)
     assert set(execproto.__all__) <= set(dir(execproto))
-    assert {"actions", "events"} <= set(dir(execproto))
+    assert {"actions", "client_events", "events"} <= set(dir(execproto))
     assert execproto.actions.ACTION_TYPES  # a public submodule, as an attribute
     try:
         execproto.no_such_name  # noqa: B018

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from execproto import Closed, Exited, Output, OutputLost
+from execproto.client_events import Closed, Exited, Output, OutputLost
 
 if TYPE_CHECKING:
     from .client import Client

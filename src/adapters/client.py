@@ -24,11 +24,10 @@ from typing import Any
 
 import anyio
 
-from execproto import (
+from execproto import ClientCore, ClientState, path_from_uri, uri_from_path
+from execproto.client_events import (
     CONNECTION_LOST,
-    ClientCore,
     ClientEvent,
-    ClientState,
     Closed,
     Exited,
     Failure,
@@ -39,8 +38,6 @@ from execproto import (
     Response,
     ServerMisbehaved,
     SessionLost,
-    path_from_uri,
-    uri_from_path,
 )
 
 from ._client_process import (

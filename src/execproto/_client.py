@@ -11,29 +11,14 @@ the calls that are safe to repeat. Feed it frames with `receive`, tell it about 
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 from . import _client_frames as frames
-from ._client_events import (
-    CONNECTION_LOST,
-    ClientEvent,
-    Failure,
-    HandshakeFailed,
-    Ready,
-    Response,
-    ServerMisbehaved,
-    SessionLost,
-)
-from ._client_tracks import ClientState, ProcessTracking, _Call, _dumps, _Track
-from ._errors import (
-    INTERNAL_ERROR,
-    INVALID_REQUEST,
-    SESSION_ATTACHED,
-    LocalProtocolError,
-    UnsendableText,
-)
+from ._client_calls import REQUESTS, Call, Initialize, Request
+from ._client_tracks import ClientState, ProcessTracking, _dumps, _Track
+from ._errors import LocalProtocolError, UnsendableText
 from ._paths import uri_from_path
+from .client_events import ClientEvent, HandshakeFailed, Ready, ServerMisbehaved, SessionLost
 
 # Whether a call may be sent again after a reconnect, when it may or may not have been served.
 # A start is safe because a repeat that finds the process already there counts as its success;
@@ -63,7 +48,12 @@ _RETRY_SAFE = {
 
 class ClientCore(ProcessTracking):
     """One client session. ``instance`` must be unique to this client (a random hex string
-    from the adapter): it makes writeIds that no other client of the session can repeat."""
+    from the adapter): it makes writeIds that no other client of the session can repeat.
+
+    An exception that escapes `receive`, `connection_lost` or `release` is the core's own bug
+    (a frame it cannot act on is `ServerMisbehaved`, never an exception): the core stops, in
+    state ``ERROR`` with the exception in ``error``, and every later call but
+    `connection_lost` raises `LocalProtocolError`, as h11's ERROR state does."""
 
     def __init__(self, instance: str, client_name: str = "execproto", *, acks: bool = True,
                  release_on_delivery: bool = True) -> None:
@@ -84,8 +74,8 @@ class ClientCore(ProcessTracking):
         self._next_id = 1
         self._next_write = 1
         self._outbox: list[bytes] = []
-        self._inflight: dict[int, _Call] = {}
-        self._waiting: list[_Call] = []  # calls made while not READY, sent once it is
+        self._inflight: dict[int, Call] = {}  # sent, by id, oldest first
+        self._waiting: list[Call] = []  # made while not READY, sent once it is
         self._tracks: dict[str, _Track] = {}
         self.error: BaseException | None = None  # what stopped the core (state ERROR)
 
@@ -94,6 +84,10 @@ class ClientCore(ProcessTracking):
             raise LocalProtocolError(
                 f"the client core stopped after a bug of its own: {self.error!r}"
             ) from self.error
+
+    def _fail(self, error: BaseException) -> None:
+        """The core's own bug: stop for good (state ERROR)."""
+        self.state, self.error = ClientState.ERROR, error
 
     def _check_usable(self) -> None:
         """For what starts something new: a lost session cannot."""
@@ -116,28 +110,23 @@ class ClientCore(ProcessTracking):
             # acknowledged stays retained, so a dropped connection loses nothing in flight.
             params["outputAcks"] = True
         self.state = ClientState.HANDSHAKING
-        self._send(self._new_call("initialize", params, retry=False))
+        self._send(Initialize(self._call_id(), params))
 
     def connection_lost(self) -> list[ClientEvent]:
         """The connection is gone. Calls that are safe to repeat wait for the next connection;
         the others fail with `CONNECTION_LOST`, since they may or may not have been served."""
         events: list[ClientEvent] = []
-        self._outbox.clear()
-        if self.state not in (ClientState.LOST, ClientState.ERROR):
-            self.state = ClientState.DISCONNECTED
-        for call in sorted(self._inflight.values(), key=lambda c: c.id, reverse=True):
-            if call.catch_up is not None:
-                track = self._tracks.get(call.catch_up)
-                if track is not None:
-                    track.reading = False  # read again after the resume
-            elif call.method == "initialize" or call.internal:
-                pass
-            elif call.retry and self.state is not ClientState.LOST:
-                call.sent_before = True
-                self._waiting.insert(0, call)
-            else:
-                events.append(_lost(call, "the connection closed before the answer"))
-        self._inflight.clear()
+        try:
+            self._outbox.clear()
+            if self.state not in (ClientState.LOST, ClientState.ERROR):
+                self.state = ClientState.DISCONNECTED
+            # Newest first, so the calls sent again keep their order ahead of those made since.
+            for call in sorted(self._inflight.values(), key=lambda c: c.id, reverse=True):
+                call.dropped(self, events)
+            self._inflight.clear()
+        except BaseException as exc:
+            self._fail(exc)
+            raise
         events.reverse()
         return events
 
@@ -148,6 +137,7 @@ class ClientCore(ProcessTracking):
 
     def data_to_send(self) -> list[bytes]:
         """Frames to send, in order; each is one websocket text message (or one stdio line)."""
+        self._check_sound()  # what a core that failed midway queued is not to be trusted
         out, self._outbox = self._outbox, []
         return out
 
@@ -160,7 +150,8 @@ class ClientCore(ProcessTracking):
         if retry is None:
             retry = _RETRY_SAFE.get(method, False)
         _check_text(params, "")
-        call = self._new_call(method, {} if params is None else params, retry)
+        kind = REQUESTS.get(method, Request)
+        call = kind(self._call_id(), method, {} if params is None else params, retry)
         if self.state is ClientState.READY:
             self._send(call)
         else:
@@ -233,34 +224,30 @@ class ClientCore(ProcessTracking):
         """One frame from the server; what it means, in order.
 
         A frame the core cannot act on is reported as `ServerMisbehaved`, and fails the call it
-        answers. Any exception that escapes is the core's own bug: it stops the core (state
-        ERROR, ``error`` holds it), and every later call raises `LocalProtocolError`."""
+        answers; nothing else of it is applied. Any exception that escapes is the core's own
+        bug: it stops the core (see `ClientCore`)."""
         self._check_sound()
+        try:
+            message = frames.parsed(data)
+        except frames.Malformed as exc:
+            return [ServerMisbehaved(detail=str(exc))]
         events: list[ClientEvent] = []
         try:
-            message = json.loads(data)
-        except ValueError as exc:
-            return [ServerMisbehaved(detail=f"not JSON: {exc}")]
-        if not isinstance(message, dict):
-            return [ServerMisbehaved(detail="not a JSON-RPC object")]
-        try:
             if "method" in message:
-                self._on_notification(message["method"], message.get("params"), events)
+                self._on_notification(frames.method(message), message.get("params"), events)
             else:
                 self._on_answer(message, events)
         except frames.Malformed as exc:
             events.append(ServerMisbehaved(detail=f"malformed {_summary(message)}: {exc}"))
         except BaseException as exc:
-            self.state, self.error = ClientState.ERROR, exc
+            self._fail(exc)
             raise
         return events
 
     def _on_answer(self, message: dict[str, Any], events: list[ClientEvent]) -> None:
-        msg_id = message.get("id")
-        if not isinstance(msg_id, (int, str, type(None))):
-            raise frames.Malformed(f"an answer's id is {type(msg_id).__name__}")
-        call = self._inflight.pop(msg_id, None)  # type: ignore[arg-type]
-        if call is None and message.get("id") in _NO_ID and "error" in message and self._inflight:
+        msg_id = frames.answer_id(message)
+        call = self._inflight.pop(msg_id, None) if isinstance(msg_id, int) else None
+        if call is None and msg_id in _NO_ID and "error" in message and self._inflight:
             # A frame the server could not read is answered with no id of its own (-1, as the
             # reference does): it is the oldest call still waiting, since answers to frames
             # are never overtaken by those to later ones on the same connection. Failing it
@@ -271,67 +258,16 @@ class ClientCore(ProcessTracking):
             detail = error.get("message") if isinstance(error, dict) else None
             events.append(ServerMisbehaved(detail=f"answer to no call: {detail or message}"))
             return
-        if call.internal:
-            return
         try:
-            if call.method == "initialize":
-                self._on_initialized(call, message, events)
-            elif call.catch_up is not None:
-                self._on_catch_up(call.catch_up, message, events)
-            elif "error" in message:
-                self._on_error(call, frames.error(message), events)
-            else:
-                result = frames.result(message)
-                if call.method == "process/start":
-                    self._mark_started(call.params["processId"])
-                events.append(Response(call_id=call.id, method=call.method, result=result))
+            call.answered(self, message, events)
         except frames.Malformed as exc:
-            self._on_malformed(call, str(exc), events)
+            call.malformed(self, str(exc), events)  # it ends all the same: nobody waits for good
             raise
 
-    def _on_malformed(self, call: _Call, why: str, events: list[ClientEvent]) -> None:
-        """An answer the core cannot act on still ends its call: nobody waits for good."""
-        if call.method == "initialize":
-            self.state = ClientState.DISCONNECTED
-            events.append(HandshakeFailed(code=INTERNAL_ERROR, retry=False,
-                                          message=f"a malformed answer: {why}"))
-        elif call.catch_up is None:
-            if call.method == "process/start":
-                self._tracks.pop(call.params["processId"], None)
-            events.append(Failure(call_id=call.id, method=call.method, code=INTERNAL_ERROR,
-                                  message=f"the server's answer was malformed: {why}"))
+    # -- what answers ask of the core (see `_client_calls`) -------------------------------------
 
-    def _on_error(self, call: _Call, error: dict[str, Any], events: list[ClientEvent]) -> None:
-        code, text = error["code"], error["message"]
-        if call.method == "process/start":
-            process_id = call.params["processId"]
-            if call.sent_before and code == INVALID_REQUEST and text.endswith("already exists"):
-                # The first send was served before the connection dropped.
-                self._mark_started(process_id)
-                result = {"processId": process_id, "sandboxType": "none"}
-                events.append(Response(call_id=call.id, method=call.method, result=result))
-                return
-            self._tracks.pop(process_id, None)
-        events.append(
-            Failure(
-                call_id=call.id, method=call.method, code=code, message=text, data=error.get("data")
-            )
-        )
-
-    def _on_initialized(
-        self, call: _Call, message: dict[str, Any], events: list[ClientEvent]
-    ) -> None:
-        if "error" in message:
-            error = frames.error(message)
-            code, text = error["code"], error["message"]
-            resuming = "resumeSessionId" in call.params
-            if resuming and code != SESSION_ATTACHED:
-                self._lose(text, events)
-                return
-            self.state = ClientState.DISCONNECTED
-            events.append(HandshakeFailed(code=code, message=text, retry=code == SESSION_ATTACHED))
-            return
-        result = frames.session(message, self.acks)
+    def _ready(self, result: dict[str, Any], events: list[ClientEvent]) -> None:
+        """``initialize`` succeeded (its ``result`` checked): resume, and send what waited."""
         resumed = self.session_id is not None
         self.session_id = result["sessionId"]
         self.environment_info = result.get("environmentInfo")
@@ -354,6 +290,22 @@ class ClientCore(ProcessTracking):
         for waiting_call in waiting:
             self._send(waiting_call)
 
+    def _handshake_failed(self, failed: HandshakeFailed, events: list[ClientEvent]) -> None:
+        self.state = ClientState.DISCONNECTED
+        events.append(failed)
+
+    def _resend(self, call: Call) -> bool:
+        """Keep ``call`` to send again after the next handshake, ahead of the calls made since;
+        False when there is no next handshake (the session is lost)."""
+        if self.state is ClientState.LOST:
+            return False
+        self._waiting.insert(0, call)
+        return True
+
+    def _forget(self, process_id: str) -> None:
+        """Its start failed: the id is free again."""
+        self._tracks.pop(process_id, None)
+
     def _mark_started(self, process_id: str) -> None:
         track = self._tracks.get(process_id)
         if track is not None:  # else it has closed already
@@ -363,8 +315,9 @@ class ClientCore(ProcessTracking):
         self.state = ClientState.LOST
         events.append(SessionLost(message=why))
         for call in [*self._inflight.values(), *self._waiting]:
-            if call.catch_up is None and call.method != "initialize":
-                events.append(_lost(call, f"the session is lost: {why}"))
+            failure = call.abandoned(why)
+            if failure is not None:
+                events.append(failure)
         self._inflight.clear()
         self._waiting.clear()
         self._tracks.clear()
@@ -398,10 +351,6 @@ def _check_text(value: Any, where: str) -> None:
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             _check_text(item, f"{where}[{index}]")
-
-
-def _lost(call: _Call, why: str) -> Failure:
-    return Failure(call_id=call.id, method=call.method, code=CONNECTION_LOST, message=why)
 
 
 def _summary(message: dict[str, Any]) -> str:

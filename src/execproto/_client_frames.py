@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from typing import Any
 
 _Shape = dict[str, tuple[type, ...]]
@@ -38,6 +39,34 @@ _CHUNK: _Shape = {"seq": _INT, "stream": _TEXT, "chunk": _TEXT}
 
 class Malformed(ValueError):
     """A server's frame the client core cannot act on; the text says what is wrong."""
+
+
+def parsed(data: bytes | str) -> dict[str, Any]:
+    """A frame as the JSON object it must be."""
+    try:
+        message = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the parser's depth
+        raise Malformed(f"not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise Malformed("not a JSON-RPC object")
+    return message
+
+
+def method(message: dict[str, Any]) -> str:
+    """A notification's method (a list there would not even be a key to look up)."""
+    name = message["method"]
+    if not isinstance(name, str):
+        raise Malformed(f"a notification's method is {type(name).__name__}")
+    return name
+
+
+def answer_id(message: dict[str, Any]) -> int | str | None:
+    """An answer's id: the client's ids are ints, but a server may answer with any id it was
+    sent, and with none (null, or -1 as the reference does) when it could not read the frame."""
+    found = message.get("id")
+    if isinstance(found, bool) or not isinstance(found, (int, str, type(None))):
+        raise Malformed(f"an answer's id is {type(found).__name__}")
+    return found
 
 
 def fields(value: Any, shape: _Shape, where: str, optional: _Shape | None = None

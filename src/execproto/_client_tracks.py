@@ -16,8 +16,11 @@ import json
 from collections import deque
 from typing import Any
 
+import attrs
+
 from . import _client_frames as frames
-from ._client_events import (
+from ._client_calls import Ack, Call, CatchUp
+from .client_events import (
     ClientEvent,
     Closed,
     Exited,
@@ -37,25 +40,36 @@ class ClientState(enum.Enum):
     HANDSHAKING = "handshaking"  # initialize sent
     READY = "ready"
     LOST = "lost"  # the session is gone for good
-    ERROR = "error"  # the core failed on its own bug: it refuses every call from then on
+    ERROR = "error"  # it failed on a bug of its own: every call but connection_lost is refused
 
 
-class _Call:
-    __slots__ = ("id", "method", "params", "retry", "sent_before", "catch_up", "internal")
-
-    def __init__(self, call_id: int, method: str, params: Any, retry: bool) -> None:
-        self.id = call_id
-        self.method = method
-        self.params = params
-        self.retry = retry
-        self.sent_before = False  # sent on a connection that dropped before the answer
-        self.catch_up: str | None = None  # the process a read of the core's own is for
-        self.internal = False  # an ack: its answer matters to nobody
+# A process's events as the client holds them until their turn (keyed by seq, in `_Track`),
+# and turns them into `Output`, `Exited` and `Closed` (in `ProcessTracking._deliver`).
 
 
-# A process event as the client holds it until its turn: ("output", stream, data),
-# ("exited", exit_code) or ("closed", failure).
-_Item = tuple[Any, ...]
+@attrs.frozen
+class _Chunk:
+    """A chunk of output."""
+
+    stream: str
+    data: bytes
+
+
+@attrs.frozen
+class _Exit:
+    """The exit."""
+
+    exit_code: int | None
+
+
+@attrs.frozen
+class _Close:
+    """The close: the process's last event."""
+
+    failure: str | None  # why the server gave up on the process, if it did
+
+
+_Item = _Chunk | _Exit | _Close
 
 
 class _Track:
@@ -85,14 +99,16 @@ class ProcessTracking:
     _ack_window: tuple[int, int] | None  # (bytes, chunks) between acks, when the server takes them
     release_on_delivery: bool
     _next_id: int
-    _inflight: dict[int, _Call]
+    _inflight: dict[int, Call]
     _outbox: list[bytes]
 
     def _check_sound(self) -> None: ...
 
+    def _fail(self, error: BaseException) -> None: ...
+
     # -- process events -------------------------------------------------------------------------
 
-    def _on_notification(self, method: Any, params: Any, events: list[ClientEvent]) -> None:
+    def _on_notification(self, method: str, params: Any, events: list[ClientEvent]) -> None:
         if method not in frames.NOTIFICATIONS:
             events.append(ServerMisbehaved(detail=f"unknown notification {method}"))
             return
@@ -110,11 +126,11 @@ class ProcessTracking:
             return
         item: _Item
         if method == "process/output":
-            item = ("output", params["stream"], frames.decoded(params["chunk"], "chunk"))
+            item = _Chunk(params["stream"], frames.decoded(params["chunk"], "chunk"))
         elif method == "process/exited":
-            item = ("exited", params["exitCode"])
+            item = _Exit(params["exitCode"])
         else:
-            item = ("closed", None)
+            item = _Close(None)
         process_id, seq = params["processId"], params["seq"]
         track = self._tracks.get(process_id)
         if track is None:
@@ -136,10 +152,13 @@ class ProcessTracking:
 
     def _catch_up(self, process_id: str, track: _Track) -> None:
         track.reading = True
-        params = {"processId": process_id, "afterSeq": track.cursor}
-        call = self._new_call("process/read", params, retry=False)
-        call.catch_up = process_id
-        self._send(call)
+        self._send(CatchUp(self._call_id(), process_id, track.cursor))
+
+    def _read_dropped(self, process_id: str) -> None:
+        """A catch-up read's connection closed before its answer."""
+        track = self._tracks.get(process_id)
+        if track is not None:
+            track.reading = False  # read again after the resume
 
     def _on_catch_up(
         self, process_id: str, message: dict[str, Any], events: list[ClientEvent]
@@ -153,7 +172,7 @@ class ProcessTracking:
             # its entry outlived its lifetime. Whatever it did since the cursor is gone.
             gone = frames.error(message)["message"]
             why = f"closed while the client was away and forgotten: {gone}"
-            self._deliver(process_id, track, ("closed", why), events)
+            self._deliver(process_id, track, _Close(why), events)
             return
         result = frames.read(message)
         next_seq: int = result["nextSeq"]
@@ -161,18 +180,18 @@ class ProcessTracking:
         for chunk in result["chunks"]:
             if chunk["seq"] > track.cursor:
                 data = frames.decoded(chunk["chunk"], "chunk")
-                items.setdefault(chunk["seq"], ("output", chunk["stream"], data))
+                items.setdefault(chunk["seq"], _Chunk(chunk["stream"], data))
         # The exit and the close take seqs but are not chunks: place them in the seqs the
         # read skipped. Closed is always last; the exit is the newest other gap.
         free = _free_seqs(items, track.cursor, next_seq)
         if result["closed"] and free and free[0] == next_seq - 1:
-            items[free.pop(0)] = ("closed", result.get("failure"))
-        late_exit = None
+            items[free.pop(0)] = _Close(result.get("failure"))
+        late_exit: _Exit | None = None
         if result["exited"] and not track.exited and not _has_exit(items):
             if free:
-                items[free.pop(0)] = ("exited", result["exitCode"])
+                items[free.pop(0)] = _Exit(result["exitCode"])
             else:  # no seq left for it (not from a sound server): deliver it after the rest
-                late_exit = ("exited", result["exitCode"])
+                late_exit = _Exit(result["exitCode"])
         first = result.get("firstRetainedSeq")
         if result.get("droppedBytes") and isinstance(first, int) and first > track.cursor + 1:
             if any(track.cursor < seq < first for seq in _free_seqs(items, track.cursor, first)):
@@ -193,27 +212,26 @@ class ProcessTracking:
     def _deliver(
         self, process_id: str, track: _Track, item: _Item, events: list[ClientEvent]
     ) -> None:
-        kind = item[0]
-        if kind == "output":
-            events.append(Output(process_id=process_id, seq=track.cursor, stream=item[1],
-                                 data=item[2]))
+        if isinstance(item, _Chunk):
+            events.append(Output(process_id=process_id, seq=track.cursor, stream=item.stream,
+                                 data=item.data))
             if self._ack_window is None:
                 pass
             elif self.release_on_delivery:
                 track.released = track.cursor
-                self._released(process_id, track, len(item[2]), 1)
+                self._released(process_id, track, len(item.data), 1)
             else:
-                track.unreleased.append((track.cursor, len(item[2])))
-        elif kind == "exited":
+                track.unreleased.append((track.cursor, len(item.data)))
+        elif isinstance(item, _Exit):
             if not track.exited:
-                track.exited, track.exit_code = True, item[1]
-                events.append(Exited(process_id=process_id, exit_code=item[1]))
+                track.exited, track.exit_code = True, item.exit_code
+                events.append(Exited(process_id=process_id, exit_code=item.exit_code))
         else:
             if not track.exited:  # never seen: the close implies it
                 events.append(Exited(process_id=process_id, exit_code=track.exit_code))
             del self._tracks[process_id]
             events.append(Closed(process_id=process_id, exit_code=track.exit_code,
-                                 failure=item[1]))
+                                 failure=item.failure))
 
     def release(self, process_id: str, seq: int) -> None:
         """The adapter has taken output up to ``seq`` of ``process_id`` off the server's hands:
@@ -224,12 +242,16 @@ class ProcessTracking:
         track = self._tracks.get(process_id)
         if track is None:
             return
-        unreleased, size, count = track.unreleased, 0, 0
-        while unreleased and unreleased[0][0] <= seq:
-            track.released, chunk = unreleased.popleft()
-            size, count = size + chunk, count + 1
-        if count:
-            self._released(process_id, track, size, count)
+        try:
+            unreleased, size, count = track.unreleased, 0, 0
+            while unreleased and unreleased[0][0] <= seq:
+                track.released, chunk = unreleased.popleft()
+                size, count = size + chunk, count + 1
+            if count:
+                self._released(process_id, track, size, count)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
 
     def _released(self, process_id: str, track: _Track, size: int, count: int) -> None:
         """``count`` more chunks of ``size`` bytes are released, up to ``track.released``."""
@@ -246,24 +268,19 @@ class ProcessTracking:
         track.unacked = [0, 0]
         if self.state is not ClientState.READY:
             return  # the resume acks again
-        params = {"processId": process_id, "seq": track.released}
-        call = self._new_call("process/ack", params, False)
-        call.internal = True
-        self._send(call)
+        self._send(Ack(self._call_id(), process_id, track.released))
 
     # -- sending --------------------------------------------------------------------------------
 
-    def _new_call(self, method: str, params: Any, retry: bool) -> _Call:
-        call = _Call(self._next_id, method, params, retry)
+    def _call_id(self) -> int:
+        call_id = self._next_id
         self._next_id += 1
-        return call
+        return call_id
 
-    def _send(self, call: _Call) -> None:
+    def _send(self, call: Call) -> None:
         self._inflight[call.id] = call
         message = {"jsonrpc": "2.0", "id": call.id, "method": call.method, "params": call.params}
         self._outbox.append(_dumps(message).encode("utf-8", "surrogateescape"))
-
-
 
 
 def _free_seqs(items: dict[int, _Item], after: int, before: int) -> list[int]:
@@ -279,4 +296,4 @@ def _free_seqs(items: dict[int, _Item], after: int, before: int) -> list[int]:
 
 
 def _has_exit(items: dict[int, _Item]) -> bool:
-    return any(item[0] == "exited" for item in items.values())
+    return any(isinstance(item, _Exit) for item in items.values())

@@ -16,8 +16,8 @@ from pathlib import Path
 NOT_FOR_SERVING = (
     "execproto.adapters.client", "execproto.adapters._exec", "execproto.adapters._wsclient",
     "execproto.adapters._client_process", "execproto.adapters.trio",
-    "execproto.adapters.threaded", "execproto._client", "execproto._client_events", "anyio",
-    "trio", "importlib.metadata",
+    "execproto.adapters.threaded", "execproto._client", "execproto._client_calls",
+    "execproto.client_events", "anyio", "trio", "importlib.metadata",
 )
 # serve on stdio with stdin at its end: it starts, answers nothing, and stops.
 SERVE_AND_LIST = (

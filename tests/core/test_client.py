@@ -8,24 +8,21 @@ from typing import Any
 
 import pytest
 
-from execproto import (
+from execproto import ClientCore, ClientState, LocalProtocolError, UnsendableText
+from execproto.client_events import (
     CONNECTION_LOST,
-    ClientCore,
     ClientEvent,
-    ClientState,
     Closed,
     Exited,
     Failure,
     HandshakeFailed,
     HttpBodyDelta,
-    LocalProtocolError,
     Output,
     OutputLost,
     Ready,
     Response,
     ServerMisbehaved,
     SessionLost,
-    UnsendableText,
 )
 
 # -- a scripted server ---------------------------------------------------------------------------
@@ -321,24 +318,6 @@ def test_a_malformed_answer_to_initialize_fails_the_handshake() -> None:
     assert core.state is ClientState.DISCONNECTED
 
 
-def test_a_bug_of_the_core_stops_it_and_is_not_blamed_on_the_server(
-    monkeypatch: pytest.MonkeyPatch
-) -> None:
-    core, _ = started()
-
-    def broken(*args: object) -> None:
-        raise KeyError("a bug")
-
-    monkeypatch.setattr(core, "_deliver", broken)
-    with pytest.raises(KeyError):
-        out(core, 1, b"x")  # a sound frame: the error is the core's, it is not swallowed
-    assert core.state is ClientState.ERROR
-    for later in (lambda: out(core, 2, b"y"), lambda: core.request("environment/info"),
-                  core.connection_made, lambda: core.release("p", 1)):
-        with pytest.raises(LocalProtocolError, match="bug of its own"):
-            later()
-
-
 # -- reconnecting ----------------------------------------------------------------------------------
 
 
@@ -407,9 +386,9 @@ def test_a_resume_refused_while_still_attached_can_be_retried() -> None:
     core.connection_lost()
     core.connection_made()
     (init,) = sent(core)
-    events = fail(core, init["id"], -32010, "session s1 is already attached to another connection")
-    assert events == [HandshakeFailed(code=-32010, message=events[0].message,  # type: ignore[union-attr]
-                                      retry=True)]
+    attached = "session s1 is already attached to another connection"
+    events = fail(core, init["id"], -32010, attached)
+    assert events == [HandshakeFailed(code=-32010, message=attached, retry=True)]
     assert core.state is ClientState.DISCONNECTED
     reconnect(core)
 

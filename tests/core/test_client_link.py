@@ -14,28 +14,22 @@ from hypothesis import strategies as st
 
 from execproto import (
     ClientCore,
-    ClientEvent,
-    Closed,
     Config,
     ConnectionClosed,
     ConnectionOpened,
     Event,
-    Exited,
     MessageReceived,
-    Output,
-    OutputLost,
     OutputReceived,
     PauseOutput,
     ProcessExited,
     ProcessSpawned,
-    Ready,
-    Response,
     ResumeOutput,
     Send,
     ServerCore,
     Spawn,
     StreamClosed,
 )
+from execproto.client_events import ClientEvent, Closed, Exited, Output, OutputLost, Ready, Response
 
 
 class Link:

@@ -24,8 +24,8 @@ def private_core_imports(source: str) -> list[str]:
 
 
 def test_no_adapter_imports_a_private_core_module() -> None:
-    offenders = {path.name: private_core_imports(path.read_text())
-                 for path in sorted(ADAPTERS.glob("*.py"))}
+    offenders = {str(path.relative_to(ADAPTERS)): private_core_imports(path.read_text())
+                 for path in sorted(ADAPTERS.rglob("*.py"))}
     assert {name: found for name, found in offenders.items() if found} == {}
 
 

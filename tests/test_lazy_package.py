@@ -54,7 +54,7 @@ def test_using_a_name_loads_only_its_side() -> None:
         "import json, sys\nfrom execproto import ServerCore\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('execproto'))))"))
     assert "execproto._server" in loaded
-    assert "execproto._client" not in loaded
+    assert "execproto._clientside._client" not in loaded
     assert "execproto.client_events" not in loaded
 
 
@@ -62,7 +62,7 @@ def test_the_client_loads_none_of_the_server() -> None:
     loaded = json.loads(fresh(
         "import json, sys\nfrom execproto import ClientCore\nimport execproto.client_events\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('execproto'))))"))
-    assert "execproto._client" in loaded
+    assert "execproto._clientside._client" in loaded
     assert not {"execproto._server", "execproto.events", "execproto.actions"} & set(loaded)
 
 
@@ -114,7 +114,7 @@ def test_star_import_dir_and_unknown_names() -> None:
 
 
 def test_the_whole_core_once_loaded_is_still_pure() -> None:
-    modules = sorted(f"execproto.{p.stem}" for p in Path(CORE).glob("*.py")
-                     if p.stem not in ("__init__", "__main__"))
-    assert "execproto._server" in modules and "execproto._client" in modules
+    modules = sorted("execproto." + ".".join(p.relative_to(CORE).with_suffix("").parts)
+                     for p in Path(CORE).rglob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert "execproto._server" in modules and "execproto._clientside._client" in modules
     assert loaded_after_import("execproto", *modules) == []

@@ -13,11 +13,11 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._driver import CoreFailed
-from ._peer import HIGH_WATER, LOW_WATER, StdioPeer
-from ._serve import Options, Server
-from ._sockwriter import SocketWriter
-from ._stdio import FLUSH_TIMEOUT, DrainingStdioPeer, StdioFds
+from ._serving._driver import CoreFailed
+from ._serving._serve import Options, Server
+from ._wire._peer import HIGH_WATER, LOW_WATER, StdioPeer
+from ._wire._sockwriter import SocketWriter
+from ._wire._stdio import FLUSH_TIMEOUT, DrainingStdioPeer, StdioFds
 
 READ_SIZE = 256 << 10
 

@@ -26,9 +26,9 @@ import attrs
 from execproto import Policy, SpawnSpec
 from execproto.policy import PathRule
 
-from . import _bwrap, _posix
-from ._beneath import Scope, resolved_policy
-from ._posix import resolve_program
+from ._files._beneath import Scope, resolved_policy
+from ._processes import _bwrap, _posix
+from ._processes._posix import resolve_program
 
 
 class Refused(Exception):

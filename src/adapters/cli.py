@@ -22,12 +22,12 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from execproto import Config
 
-from . import _logs
-from ._errors import UsageError, leaves
+from ._command import _logs
+from ._command._errors import UsageError, leaves
 
 if TYPE_CHECKING:
-    from ._listen import Listen
-    from ._tls import CertFiles
+    from ._wire._listen import Listen
+    from ._wire._tls import CertFiles
     from .backends import Backend
 
 # --adapter name -> module (relative to this package) with a `run(listen, **options)`.
@@ -225,7 +225,7 @@ def _parser(exec_options: bool = True) -> _Parser:
     add_logging(serve, "INFO")
 
     if exec_options:
-        from . import _exec
+        from ._command import _exec
 
         add_logging(_exec.add_parser(commands), "WARNING")
     else:
@@ -259,7 +259,7 @@ def _why(exc: BaseException) -> str:
 
 
 def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None, CertFiles | None]:
-    from ._listen import Listen, ListenError
+    from ._wire._listen import Listen, ListenError
 
     try:
         where = Listen.parse(args.listen)
@@ -292,7 +292,7 @@ def _tls_context(args: argparse.Namespace, where: Listen) -> CertFiles | None:
         return None
     if args.tls_cert is None or args.tls_key is None:
         raise UsageError("wss:// needs --tls-cert FILE and --tls-key FILE")
-    from ._tls import CertFiles, TlsSetupError  # loads ssl: only for a TLS listener
+    from ._wire._tls import CertFiles, TlsSetupError  # loads ssl: only for a TLS listener
 
     try:
         return CertFiles(args.tls_cert, args.tls_key,
@@ -368,7 +368,7 @@ def _serve(args: argparse.Namespace) -> int:
     trace_file = _open_trace(args.trace) if args.trace else None
     token_file = None
     if token is not None and args.auth_token_file is not None:
-        from ._token import TokenFile
+        from ._wire._token import TokenFile
 
         token_file = TokenFile(args.auth_token_file, token)
 
@@ -415,7 +415,7 @@ def _fit_descriptors(config: Config) -> None:
     """Raise the descriptor limit to what the limits need, and say so when it stays short."""
     from execproto.descriptors import PER_PROCESS, budget
 
-    from . import _host
+    from ._serving import _host
 
     limit = _host.raise_descriptor_limit()
     room = budget(config, limit)
@@ -538,7 +538,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _exec_command(args: argparse.Namespace) -> int:
-    from . import _exec
+    from ._command import _exec
 
     return _exec.run(args)
 
@@ -555,8 +555,8 @@ def _command_in(argv: list[str]) -> str | None:
 
 # What each command imports before it runs (serve's event loop waits for --adapter).
 NEEDS = {
-    "serve": ("._listen", ".backends", "._host", "execproto._descriptors"),
-    "exec": ("._exec",),
+    "serve": ("._wire._listen", ".backends", "._serving._host", "execproto._descriptors"),
+    "exec": ("._command._exec",),
     "replay": ("execproto._trace",),
 }
 

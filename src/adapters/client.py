@@ -40,7 +40,7 @@ from execproto.client_events import (
     SessionLost,
 )
 
-from ._client_process import (
+from ._client._client_process import (
     BUFFER_BYTES,
     Chunk,
     ClientBug,
@@ -53,7 +53,7 @@ from ._client_process import (
     SessionGone,
     _Waiter,
 )
-from ._wsclient import HandshakeRefused, NotWebSocket, TLSFailed, WebSocket
+from ._client._wsclient import HandshakeRefused, NotWebSocket, TLSFailed, WebSocket
 
 __all__ = [
     "Chunk",

@@ -26,11 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from ._driver import CoreFailed
-from ._peer import Peer, WaterMarks
-from ._serve import Options, Server
-from ._sockwriter import Buffer, advance, batch, send_all
-from ._stdio import DrainingStdioPeer
+from ._serving._driver import CoreFailed
+from ._serving._serve import Options, Server
+from ._wire._peer import Peer, WaterMarks
+from ._wire._sockwriter import Buffer, advance, batch, send_all
+from ._wire._stdio import DrainingStdioPeer
 
 # Reads a connection's reader thread may have handed to the owner and not yet seen handled:
 # without a bound, a fast client's bytes would pile up in the owner's queue.

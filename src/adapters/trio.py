@@ -17,11 +17,11 @@ from typing import Any
 
 import trio
 
-from ._driver import CoreFailed
-from ._peer import Peer, WaterMarks
-from ._serve import Options, Server
-from ._sockwriter import Buffer, advance, batch
-from ._stdio import DrainingStdioPeer, StdioFds
+from ._serving._driver import CoreFailed
+from ._serving._serve import Options, Server
+from ._wire._peer import Peer, WaterMarks
+from ._wire._sockwriter import Buffer, advance, batch
+from ._wire._stdio import DrainingStdioPeer, StdioFds
 
 
 class _Loop:

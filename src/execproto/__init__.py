@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what mypy and editors see; at run time, `__getattr__` below
-    from ._client import ClientCore as ClientCore
-    from ._client_tracks import ClientState as ClientState
+    from ._clientside._client import ClientCore as ClientCore
+    from ._clientside._client_tracks import ClientState as ClientState
     from ._config import Config as Config
     from ._config import Host as Host
     from ._env import EnvPolicy as EnvPolicy
@@ -102,8 +102,8 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time, `__getattr__` below
 
 # Each public name -> the submodule that defines it.
 _WHERE = {name: module for module, names in {
-    "._client": ("ClientCore",),
-    "._client_tracks": ("ClientState",),
+    "._clientside._client": ("ClientCore",),
+    "._clientside._client_tracks": ("ClientState",),
     "._config": ("Config", "Host"),
     "._env": ("EnvPolicy", "child_environment"),
     "._errors": ("INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND",

@@ -3,8 +3,8 @@ stand-in for a bug, or the OS refusing, while an action is carried out.
 
     python tests/adapters/faulty_server.py MODULE:CLASS.METHOD serve --listen ... --adapter ...
 
-(for example ``_children:Children._spawn``: a module of execproto.adapters, a class in it, the
-handler).
+(for example ``_processes._children:Children._spawn``: a module of execproto.adapters, a class
+in it, the handler).
 """
 
 from __future__ import annotations

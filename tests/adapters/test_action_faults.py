@@ -72,10 +72,13 @@ def _finalize(client: Client) -> None:
 
 # Each room's handler (see faulty_server.py), and what its client checks.
 CASES: dict[str, Callable[[Client], None]] = {
-    "_children:Children._spawn": _spawn, "_fs_calls:FsCalls._run": _run_fs,
-    "_http_calls:HttpCalls._run": _run_http, "_children:Children._signal": _signal,
-    "_children:Children._write_stdin": _stdin, "_children:Children._close_stdin": _stdin,
-    "_children:Children._finalize": _finalize,
+    "_processes._children:Children._spawn": _spawn,
+    "_processes._children:Children._signal": _signal,
+    "_processes._children:Children._write_stdin": _stdin,
+    "_processes._children:Children._close_stdin": _stdin,
+    "_processes._children:Children._finalize": _finalize,
+    "_files._fs_calls:FsCalls._run": _run_fs,
+    "_http._http_calls:HttpCalls._run": _run_http,
 }
 
 

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from execproto.adapters._peer import AUTH_DELAY
+from execproto.adapters._wire._peer import AUTH_DELAY
 
 from .conftest import Server
 from .wsclient import Client

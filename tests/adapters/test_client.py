@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from execproto.adapters._wsclient import HandshakeRefused
+from execproto.adapters._client._wsclient import HandshakeRefused
 from execproto.adapters.client import Chunk, RemoteError, Result, SessionGone, connect
 
 from .conftest import Server

@@ -12,7 +12,7 @@ import sys
 import anyio
 import pytest
 
-from execproto._client_tracks import ProcessTracking
+from execproto._clientside._client_tracks import ProcessTracking
 from execproto.adapters.client import ClientBug, Process, connect
 
 from .conftest import Server

@@ -14,9 +14,10 @@ from pathlib import Path
 
 # Modules serving on asyncio must not load: the client, exec, the other event loops.
 NOT_FOR_SERVING = (
-    "execproto.adapters.client", "execproto.adapters._exec", "execproto.adapters._wsclient",
-    "execproto.adapters._client_process", "execproto.adapters.trio",
-    "execproto.adapters.threaded", "execproto._client", "execproto._client_calls",
+    "execproto.adapters.client", "execproto.adapters._command._exec",
+    "execproto.adapters._client._wsclient", "execproto.adapters._client._client_process",
+    "execproto.adapters.trio", "execproto.adapters.threaded", "execproto._clientside._client",
+    "execproto._clientside._client_calls",
     "execproto.client_events", "anyio", "trio", "importlib.metadata",
 )
 # serve on stdio with stdin at its end: it starts, answers nothing, and stops.

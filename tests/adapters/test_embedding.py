@@ -72,7 +72,7 @@ def test_an_embedded_server_leaves_nothing_scheduled_in_the_host_loop(
     (the driver's periodic heap trim, say)."""
     import asyncio
 
-    from execproto.adapters import _driver
+    from execproto.adapters._serving import _driver
     from execproto.adapters.asyncio import serve
 
     # The driver reads the interval each time it schedules a trim: a short one, so that the

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from wsproto.events import TextMessage
 
-from execproto.adapters._cgroups import Tree
+from execproto.adapters._processes._cgroups import Tree
 
 from .conftest import Server, alive, eventually, start
 from .wsclient import Client, Closed, output_of

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from execproto import HttpRequest
-from execproto.adapters import _http, _lookup
+from execproto.adapters._http import _http, _lookup
 
 from .test_http_limits import Silent
 

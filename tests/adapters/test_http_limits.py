@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from execproto import HttpRequest
-from execproto.adapters import _http
-from execproto.adapters._http_calls import HTTP_PER_CONNECTION
+from execproto.adapters._http import _http
+from execproto.adapters._http._http_calls import HTTP_PER_CONNECTION
 
 from .conftest import STARVED, Server, start, uri
 from .test_limits import rss_mib

@@ -7,7 +7,7 @@ import time
 
 from wsproto.events import Ping, TextMessage
 
-from execproto.adapters._ws import MAX_FRAGMENTS, MAX_PINGS
+from execproto.adapters._wire._ws import MAX_FRAGMENTS, MAX_PINGS
 
 from .conftest import STARVED, Server, served, start
 from .test_limits import rss_mib

@@ -115,7 +115,7 @@ def test_an_unsandboxed_process_still_sees_and_signals_the_host_as_before() -> N
 
 def test_two_servers_in_one_process_keep_their_own_trees() -> None:
     """An application may embed two servers: one's stop takes nothing of the other's."""
-    from execproto.adapters._cgroups import Tree, wrapper
+    from execproto.adapters._processes._cgroups import Tree, wrapper
 
     first, second = Tree.create()[0], Tree.create()[0]
     assert isinstance(first, Tree) and isinstance(second, Tree) and first.base != second.base

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from execproto.adapters import _ws
+from execproto.adapters._wire import _ws
 
 from .conftest import Server, start
 from .wsclient import Client, output_of

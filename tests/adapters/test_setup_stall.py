@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from execproto.adapters import _glob
+from execproto.adapters._processes import _glob
 
 from .conftest import Server, uri
 from .sandboxes import _special, needs_bwrap, profile

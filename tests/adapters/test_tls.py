@@ -273,7 +273,8 @@ def test_off_loopback_still_needs_a_token(certs: Certs) -> None:
 GATED = """\
 import sys
 from execproto import Config
-from execproto.adapters import _tls, asyncio
+from execproto.adapters import asyncio
+from execproto.adapters._wire import _tls
 context = _tls.server_context(sys.argv[1], sys.argv[2])
 asyncio.run("wss://127.0.0.1:0", config=Config(max_upgrading=4, handshake_timeout=60),
             tls=context, ready=lambda url: print(url, flush=True))

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from execproto import ClientCore, ClientState, LocalProtocolError
-from execproto._client_calls import Request
+from execproto._clientside._client_calls import Request
 from execproto.client_events import CONNECTION_LOST, Failure, Response, ServerMisbehaved
 
 from .test_client import answer, out, ready, sent, started

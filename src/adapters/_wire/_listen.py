@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import attrs
 
 if TYPE_CHECKING:
-    from ._loop import Loop
+    from .._loop import Loop
 
 
 class ListenError(ValueError):

@@ -14,13 +14,13 @@ import attrs
 from execproto import Config, Drain, ServerCore
 from execproto.trace import Recorder
 
+from .._files._fs import Files
+from .._loop import Loop
+from .._wire._listen import Acceptor, Listen
+from .._wire._peer import Gate, Write, WsPeer
+from ..backends import Backend, LocalBackend, check_sandbox_type
 from ._driver import Driver
-from ._fs import Files
 from ._host import this_host
-from ._listen import Acceptor, Listen
-from ._loop import Loop
-from ._peer import Gate, Write, WsPeer
-from .backends import Backend, LocalBackend, check_sandbox_type
 
 if TYPE_CHECKING:
     import ssl

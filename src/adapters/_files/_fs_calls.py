@@ -15,9 +15,9 @@ from typing import Any
 
 from execproto import INTERNAL_ERROR, Event, FsCompleted, RpcError, RunFs
 
+from .._loop import Loop
+from .._shares import Shares
 from ._fs import Files
-from ._loop import Loop
-from ._shares import Shares
 
 log = logging.getLogger("execproto")
 

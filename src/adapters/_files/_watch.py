@@ -23,7 +23,7 @@ from execproto import FsCompleted, MissingChanged, Policy, RpcError, Unwatch, Wa
 from ._beneath import Scope
 
 if TYPE_CHECKING:
-    from ._loop import Loop
+    from .._loop import Loop
 
 POLL_INTERVAL = 0.05  # seconds
 

@@ -40,10 +40,10 @@ from execproto import (
 )
 from execproto.events import Stream
 
+from .._loop import Loop
+from .._shares import Shares
+from ..backends import Backend, Refused
 from . import _cgroups, _posix
-from ._loop import Loop
-from ._shares import Shares
-from .backends import Backend, Refused
 
 log = logging.getLogger("execproto")
 

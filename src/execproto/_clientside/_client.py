@@ -13,12 +13,12 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from .._errors import LocalProtocolError, UnsendableText
+from .._paths import uri_from_path
+from ..client_events import ClientEvent, HandshakeFailed, Ready, ServerMisbehaved, SessionLost
 from . import _client_frames as frames
 from ._client_calls import REQUESTS, Call, Initialize, Request
 from ._client_tracks import ClientState, ProcessTracking, _dumps, _Track
-from ._errors import LocalProtocolError, UnsendableText
-from ._paths import uri_from_path
-from .client_events import ClientEvent, HandshakeFailed, Ready, ServerMisbehaved, SessionLost
 
 # Whether a call may be sent again after a reconnect, when it may or may not have been served.
 # A start is safe because a repeat that finds the process already there counts as its success;

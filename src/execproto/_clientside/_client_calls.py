@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._errors import INTERNAL_ERROR, INVALID_REQUEST, SESSION_ATTACHED
+from ..client_events import CONNECTION_LOST, ClientEvent, Failure, HandshakeFailed, Response
 from . import _client_frames as frames
-from ._errors import INTERNAL_ERROR, INVALID_REQUEST, SESSION_ATTACHED
-from .client_events import CONNECTION_LOST, ClientEvent, Failure, HandshakeFailed, Response
 
 if TYPE_CHECKING:  # the core calls these, and they call it back: a type-only circle
     from ._client import ClientCore

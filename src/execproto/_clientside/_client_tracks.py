@@ -18,9 +18,7 @@ from typing import Any
 
 import attrs
 
-from . import _client_frames as frames
-from ._client_calls import Ack, Call, CatchUp
-from .client_events import (
+from ..client_events import (
     ClientEvent,
     Closed,
     Exited,
@@ -29,6 +27,8 @@ from .client_events import (
     OutputLost,
     ServerMisbehaved,
 )
+from . import _client_frames as frames
+from ._client_calls import Ack, Call, CatchUp
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 

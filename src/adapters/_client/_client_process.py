@@ -15,7 +15,7 @@ import attrs
 from execproto.client_events import Closed, Exited, Output, OutputLost
 
 if TYPE_CHECKING:
-    from .client import Client
+    from ..client import Client
 
 
 # Unread output a process may have in the client (the default of connect's ``buffer_bytes``).

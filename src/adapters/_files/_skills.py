@@ -16,9 +16,9 @@ from typing import Any
 
 from execproto import RpcError, uri_from_path
 
+from .._processes._posix import os_error_text
 from ._beneath import Scope
 from ._envconfig import codex_home
-from ._posix import os_error_text
 
 SKILL_FILE = "SKILL.md"
 MAX_DEPTH = 8  # how deep below a root a SKILL.md is looked for: a bound on the work per root

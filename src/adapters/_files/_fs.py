@@ -29,10 +29,10 @@ from execproto import (
     uri_from_path,
 )
 
+from .._processes._posix import os_error_text
 from . import _envconfig, _skills
 from ._beneath import Scope, resolved_policy
 from ._copy import copy_file, copy_tree
-from ._posix import os_error_text
 from ._walk import Abandoned, walk
 
 MAX_READ_FILE = 64 << 20  # fs/readFile answers in one message; bigger files go by fs/open

@@ -19,9 +19,9 @@ import attrs
 
 from execproto import CancelHttp, Event, HttpBodyReceived, HttpFinished, HttpResponded, RunHttp
 
+from .._loop import Loop
+from .._shares import Shares
 from . import _http
-from ._loop import Loop
-from ._shares import Shares
 
 log = logging.getLogger("execproto")
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from execproto import Encoded, RpcError, uri_from_path
 
+from .._processes._posix import os_error_text
 from ._beneath import Scope
-from ._posix import os_error_text
 
 _LISTED = os.O_RDONLY | os.O_DIRECTORY
 _json = json.JSONEncoder(separators=(",", ":")).encode  # ASCII, as the core writes its own

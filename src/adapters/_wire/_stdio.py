@@ -26,7 +26,7 @@ from execproto.jsonrpc import Incoming, parse
 from ._peer import StdioPeer, Write
 
 if TYPE_CHECKING:
-    from ._driver import Driver
+    from .._serving._driver import Driver
 
 COPY_SIZE = 256 << 10
 

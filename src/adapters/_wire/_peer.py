@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from execproto import Greeting
 
-    from ._driver import Driver
+    from .._serving._driver import Driver
     from ._tls import ServerTls
 
 Write = Callable[[Sequence[bytes]], None]

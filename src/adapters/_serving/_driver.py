@@ -37,17 +37,17 @@ from execproto import (
 from execproto.actions import CloseCode
 from execproto.trace import Recorder
 
-from . import _posix
-from ._children import Children
-from ._fs import Files
-from ._fs_calls import FsCalls
-from ._http_calls import HttpCalls
-from ._loop import Loop
-from ._watch import Watches
-from .backends import Backend, LocalBackend
+from .._files._fs import Files
+from .._files._fs_calls import FsCalls
+from .._files._watch import Watches
+from .._http._http_calls import HttpCalls
+from .._loop import Loop
+from .._processes import _posix
+from .._processes._children import Children
+from ..backends import Backend, LocalBackend
 
 if TYPE_CHECKING:
-    from ._peer import Peer
+    from .._wire._peer import Peer
 
 __all__ = ["CoreFailed", "Driver", "Loop"]
 

@@ -56,9 +56,8 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from ._errors import UsageError, leaves
-from ._wsclient import HandshakeRefused, NotWebSocket, parse_url
-from .client import (
+from .._client._wsclient import HandshakeRefused, NotWebSocket, parse_url
+from ..client import (
     CONNECT_TIMEOUT,
     HANDSHAKE_TIMEOUT,
     Client,
@@ -68,6 +67,7 @@ from .client import (
     SessionGone,
     connect,
 )
+from ._errors import UsageError, leaves
 
 # Exit statuses of our own, as shells, timeout(1) and ssh use them.
 LOCAL_OUTPUT = 1
@@ -165,7 +165,7 @@ def _check_ca_file(path: Path, tls: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import read_token  # here, not at the top: cli imports this module
+    from ..cli import read_token  # here, not at the top: cli imports this module
 
     argv = args.argv
     if not argv:

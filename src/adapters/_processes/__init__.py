@@ -1,0 +1,7 @@
+"""The processes room: each spawned process from its preparation to its finalize (`_children`),
+how Linux runs it (`_posix`, `_cgroups`), and the sandbox that carries out a policy
+(`_bwrap`, `_stage`, `_seccomp`, `_glob`).
+
+It gets the loop and ``feed``; it uses `backends` to prepare a spawn and the shared `_loop` and
+`_shares`.
+"""

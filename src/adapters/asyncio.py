@@ -208,7 +208,7 @@ async def serve(
         stdio = fds, out_transport, out_protocol
         # stdout is written through a transport, which keeps the water marks itself.
         out_transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
-        peer = DrainingStdioPeer(server.driver, out_transport.writelines, stop.set,
+        peer = DrainingStdioPeer(server.driver.connections, out_transport.writelines, stop.set,
                                  reports_sent=False)
         out_protocol.peer = peer
         out_protocol.stdin, _ = await loop.connect_read_pipe(

@@ -475,7 +475,7 @@ def serve(
             loop.post(partial(stdio.sent, sum(map(len, parts))))
 
         conn = _Connection(loop, receive, send, close_stdio)
-        stdio = DrainingStdioPeer(server.driver, conn.write, conn.hang_up)
+        stdio = DrainingStdioPeer(server.driver.connections, conn.write, conn.hang_up)
         conn.peer = stdio
         stdio.opened("stdio")
 

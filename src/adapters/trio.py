@@ -252,7 +252,7 @@ async def serve(
                 return bytes(data)
 
             conn = _Connection(receive, send_joined, close_both)
-            stdio = DrainingStdioPeer(server.driver, conn.write, conn.hang_up)
+            stdio = DrainingStdioPeer(server.driver.connections, conn.write, conn.hang_up)
             conn.peer = stdio
             stdio.opened("stdio")
 

@@ -8,8 +8,9 @@ is reached through the small `Loop` interface that each adapter implements.
 The driver owns only that: the queue, the core's timer, the stop, and the core's failure. Each
 action is carried out by the room that owns its family's state, through one table: the
 processes (`_children`), ``fs/*`` calls (`_fs_calls`), ``http/request`` calls (`_http_calls`),
-watched paths (`_watch`); the connections (`Peer`) are the driver's own. Each room gets the
-loop and ``feed``, and nothing of another's.
+watched paths (`_watch`), the connections (`Connections`). Each room gets the loop and
+``feed``, and nothing of another's. What the rooms keep for one connection follows the events
+its peer feeds (`_reactions`): its fs handles, its calls still queued, its held fs calls.
 """
 
 from __future__ import annotations
@@ -18,15 +19,19 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from execproto import (
     Action,
     CloseConnection,
+    ConnectionClosed,
+    ConnectionOpened,
     Event,
     RunFs,
     RunHttp,
     Send,
+    SendBlocked,
+    SendDrained,
     ServerCore,
     Shutdown,
     Spawn,
@@ -34,7 +39,6 @@ from execproto import (
     Unwatch,
     WatchMissing,
 )
-from execproto.actions import CloseCode
 from execproto.trace import Recorder
 
 from .._files._fs import Files
@@ -44,10 +48,8 @@ from .._http._http_calls import HttpCalls
 from .._loop import Loop
 from .._processes import _posix
 from .._processes._children import Children
+from .._wire._connections import Connections
 from ..backends import Backend, LocalBackend
-
-if TYPE_CHECKING:
-    from .._wire._peer import Peer
 
 __all__ = ["CoreFailed", "Driver", "Loop"]
 
@@ -99,19 +101,17 @@ class Driver:
         # adapter's `on_failure` starts the same stop as SIGTERM does.
         self.failure: BaseException | None = None
         self.on_failure: Callable[[], None] | None = None
-        self.peers: dict[int, Peer] = {}  # open connections, by the handle the core knows
-        self._conns = 0
         # The rooms, each owning the state of one family of actions.
         self.children = Children(loop, self.feed, backend or LocalBackend(),
                                  lambda: self.failure is not None)
         self.children.on_cleaned = self._check_idle_if_stopping  # the stop waits for cleanups
-        self.http = HttpCalls(loop, self.feed, self._stuck)
+        self.connections = Connections(loop, self.feed, lambda: self.core)
+        self.http = HttpCalls(loop, self.feed, self.connections.stuck)
         self.fs = FsCalls(loop, self.feed, self.files)
         self.watches = Watches(loop, self.feed, self.files.scope)
         # Which room carries out each kind of action.
         self._run: dict[type, Callable[[Any], None]] = {
-            Send: self._send,
-            CloseConnection: self._close_connection,
+            **self.connections.run,
             **self.fs.run,
             WatchMissing: self.watches.start,
             Unwatch: self.watches.stop,
@@ -123,8 +123,18 @@ class Driver:
             Spawn: self.children.spawn_raised,
             RunFs: self.fs.raised,
             RunHttp: self.http.raised,
-            Send: self._connection_raised,
-            CloseConnection: self._connection_raised,
+            Send: self.connections.raised,
+            CloseConnection: self.connections.raised,
+        }
+        # What the rooms do for one connection when its peer reports it, before the core hears
+        # of it: its fs/open handles are taken from its opening to its close (and closed then),
+        # none of its fs calls start while its send buffer is past the high water (answers
+        # nobody reads would only pile up), and its queued calls are not run once it is gone.
+        self._reactions: dict[type, Callable[[Any], None]] = {
+            ConnectionOpened: lambda event: self.files.open_connection(event.conn),
+            SendBlocked: lambda event: self.fs.hold(event.conn),
+            SendDrained: lambda event: self.fs.release(event.conn),
+            ConnectionClosed: self._connection_gone,
         }
 
     # -- the owner ------------------------------------------------------------------------------
@@ -133,6 +143,9 @@ class Driver:
         if self.failure is not None:
             self._stopped_after_failure()  # nothing can be handled any more: just stop
             return
+        react = self._reactions.get(type(event))
+        if react is not None:
+            react(event)
         self._queue.append(event)
         if self._busy:
             return  # the drain below is already running further up this stack
@@ -170,7 +183,7 @@ class Driver:
         after the processes."""
         if self.on_idle is None or not self.idle:
             return
-        if self._stopping and self.peers and not self._close_waited:
+        if self._stopping and self.connections and not self._close_waited:
             if not self._close_waiting:
                 self._close_waiting = True
                 self.loop.call_at(self.loop.now() + CLOSE_WAIT, self._close_wait_over)
@@ -208,8 +221,7 @@ class Driver:
         if self._cancel_tick is not None:
             self._cancel_tick()
             self._cancel_tick = None
-        for peer in list(self.peers.values()):
-            peer.close(CloseCode.INTERNAL_ERROR, "internal error")
+        self.connections.close_all()
         self.children.kill_all()
         self.http.abandon()
         if self._stopping:  # failed while stopping: the stop goes on, with nothing left to do
@@ -223,7 +235,7 @@ class Driver:
 
     def _stopped_after_failure(self, waited: bool = False) -> None:
         """Idle, once stopping, when the last connection is gone (its close frame sent)."""
-        if self._stopping and (waited or not self.peers) and self.on_idle is not None:
+        if self._stopping and (waited or not self.connections) and self.on_idle is not None:
             self.on_idle()
 
     def _failed(self, action: Action, exc: Exception) -> None:
@@ -233,10 +245,6 @@ class Driver:
         answer = self._raised.get(type(action))
         if answer is not None:
             answer(action, f"{type(exc).__name__}: {exc}")
-
-    def _connection_raised(self, action: Send | CloseConnection, why: str) -> None:
-        if action.conn in self.peers:
-            self.peers[action.conn].close(CloseCode.INTERNAL_ERROR, "internal error")
 
     def _trim(self) -> None:
         """Output buffers come from the heap (see `_posix.keep_buffers_in_heap`); the memory
@@ -262,39 +270,10 @@ class Driver:
         self._tick_at = None
         self.feed(Tick())
 
-    # -- connections ----------------------------------------------------------------------------
-
-    def next_conn(self) -> int:
-        self._conns += 1
-        return self._conns
-
-    def _send(self, action: Send) -> None:
-        peer = self.peers.get(action.conn)
-        if peer is not None:
-            peer.send(action.data)
-
-    def connection_blocked(self, conn: int) -> None:
-        """Its send buffer is past the high water: none of its fs calls start, as answers
-        nobody reads would only pile up in memory."""
-        self.fs.hold(conn)
-
-    def connection_drained(self, conn: int) -> None:
-        self.fs.release(conn)
-
-    def connection_gone(self, conn: int) -> None:
-        """Its fs and http calls still queued are not run: nobody would read their answers."""
-        self.fs.drop(conn)
-        self.http.drop(conn)
-
-    def _stuck(self, conn: int) -> bool:
-        """Whether ``conn`` is open and its send buffer past the high water."""
-        peer = self.peers.get(conn)
-        return peer is not None and peer.stuck
-
-    def _close_connection(self, action: CloseConnection) -> None:
-        peer = self.peers.get(action.conn)
-        if peer is not None:
-            peer.close(action.code, action.reason)
+    def _connection_gone(self, event: ConnectionClosed) -> None:
+        self.files.close_connection(event.conn)
+        self.fs.drop(event.conn)
+        self.http.drop(event.conn)
 
     # -- shutdown -------------------------------------------------------------------------------
 

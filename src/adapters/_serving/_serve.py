@@ -132,9 +132,8 @@ class Server:
     def ws_peer(self, label: str, write: Write, hang_up: Callable[[], None],
                 abort: Callable[[], None]) -> WsPeer:
         options = self.options
-        return WsPeer(self.driver, write, hang_up, options.token, self.gate, label, abort=abort,
-                      ping_interval=options.ping_interval,
-                      tls=self._tls())
+        return WsPeer(self.driver.connections, write, hang_up, options.token, self.gate, label,
+                      abort=abort, ping_interval=options.ping_interval, tls=self._tls())
 
     def _tls(self) -> ssl.SSLContext | None:
         tls = self.options.tls

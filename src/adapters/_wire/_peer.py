@@ -1,4 +1,4 @@
-"""One client connection as the driver sees it, whatever moves its bytes.
+"""One client connection as the server sees it, whatever moves its bytes.
 
 An adapter creates a peer per accepted connection and calls `received` with what it read, `lost`
 when the connection is gone, and `blocked` / `drained` as its send buffer crosses its water
@@ -6,7 +6,10 @@ marks. While blocked, the adapter stops reading the connection and the peer hold
 messages already read, so a client that asks for much and reads nothing gets no more answers
 queued than one high-water mark's worth. The peer answers through the two functions it was
 given: ``write`` (queue bytes for the peer) and ``hang_up`` (close the connection once what was
-queued is written).
+queued is written). It reaches the rest of the server only through the `Connections` it is
+given: the loop, ``feed``, and the core's answers it may read.
+
+Its state is one `PeerState`, as wsproto's connection has one.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from execproto import (
@@ -26,7 +30,6 @@ from execproto import (
     SendDrained,
 )
 
-from . import _metrics
 from ._ws import ServerSocket, Token, plain_http_refusal, text_frame_header
 
 if TYPE_CHECKING:
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
 
     from execproto import Greeting
 
-    from .._serving._driver import Driver
+    from ._connections import Connections
     from ._tls import ServerTls
 
 Write = Callable[[Sequence[bytes]], None]
@@ -53,6 +56,25 @@ AUTH_DELAY = 0.5
 # Pings in a row the client may leave unanswered: at the next one its connection is closed,
 # and its session detaches, to be resumed.
 MISSED_PONGS = 2
+
+
+class PeerState(Enum):
+    """Where a connection is. The core knows it in OPEN and CLOSING only."""
+
+    CONNECTING = "connecting"  # accepted: a websocket in its upgrade, or stdio not yet opened
+    OPEN = "open"  # the core was told (`ConnectionOpened`)
+    CLOSING = "closing"  # the core knows it; nothing more is written but the close
+    REFUSING = "refusing"  # closing before the core ever knew it: a refused or slow upgrade
+    LOST = "lost"  # gone, and the core told if it knew
+
+
+# What opening and starting to close make of each state; a state not listed stays as it is.
+# A refusal can race the upgrade it refuses (bytes read in the same batch): the core then
+# hears of the connection, and of its close.
+OPENED = {PeerState.CONNECTING: PeerState.OPEN, PeerState.REFUSING: PeerState.CLOSING}
+CLOSED = {PeerState.CONNECTING: PeerState.REFUSING, PeerState.OPEN: PeerState.CLOSING}
+KNOWN = frozenset({PeerState.OPEN, PeerState.CLOSING})  # the core knows the connection
+NOT_WRITING = frozenset({PeerState.CLOSING, PeerState.REFUSING, PeerState.LOST})
 
 
 def _nothing() -> None:
@@ -128,13 +150,13 @@ class Gate:
 class Peer:
     """The part every connection shares: its handle, and telling the core what happened."""
 
-    def __init__(self, driver: Driver, write: Write, hang_up: Callable[[], None]) -> None:
-        self.driver = driver
-        self.conn = driver.next_conn()
+    def __init__(self, connections: Connections, write: Write,
+                 hang_up: Callable[[], None]) -> None:
+        self.connections = connections
+        self.conn = connections.next_conn()
         self.write = write
         self.hang_up = hang_up
-        self.open = False
-        self.closing = False
+        self.state = PeerState.CONNECTING
         self.stuck = False  # blocked: the send buffer is above HIGH_WATER
         self._held: deque[bytes | str] = deque()  # messages read while stuck, not yet handled
         self.label = ""
@@ -143,25 +165,38 @@ class Peer:
         self._greeting: Greeting | None = None
         self._session: str | None = None
 
+    @property
+    def open(self) -> bool:
+        """Whether the core knows the connection: from `opened` until `lost`."""
+        return self.state in KNOWN
+
+    @property
+    def closing(self) -> bool:
+        """Whether nothing more may be written but a close."""
+        return self.state in NOT_WRITING
+
+    def _close_starts(self) -> None:
+        self.state = CLOSED.get(self.state, self.state)
+
     def opened(self, label: str) -> None:
-        self.open = True
+        if self.state not in OPENED:
+            return  # told already, or gone: the core hears of a connection once
+        self.state = OPENED[self.state]
         self.label = label
         log.debug("connection %d opened: %s", self.conn, label)
-        self.driver.peers[self.conn] = self
-        self.driver.files.open_connection(self.conn)  # its fs/open handles are taken from here
-        self.driver.feed(ConnectionOpened(conn=self.conn, session_id=str(uuid.uuid4()),
-                                          label=label))
+        self.connections.add(self)
+        self.connections.feed(ConnectionOpened(conn=self.conn, session_id=str(uuid.uuid4()),
+                                               label=label))
 
     def lost(self) -> None:
         self._held.clear()
-        if self.open:
+        known = self.open
+        self.state = PeerState.LOST
+        if known:
             log.debug("connection %d closed: %s, session %s", self.conn, self.label,
                       self._session or "none")
-            self.open = False
-            self.driver.peers.pop(self.conn, None)
-            self.driver.feed(ConnectionClosed(conn=self.conn))
-            self.driver.files.close_connection(self.conn)  # its fs/open handles go with it
-            self.driver.connection_gone(self.conn)  # and its calls still queued
+            self.connections.remove(self.conn)
+            self.connections.feed(ConnectionClosed(conn=self.conn))
         # The connection's functions hold the connection, which holds this peer: let go, so
         # that both (and the websocket's buffers) are freed now rather than at a full collection.
         self.write = _discard
@@ -170,18 +205,16 @@ class Peer:
     def blocked(self) -> None:
         self.stuck = True
         if self.open:
-            self.driver.connection_blocked(self.conn)
-            self.driver.feed(SendBlocked(conn=self.conn))
+            self.connections.feed(SendBlocked(conn=self.conn))
 
     def drained(self) -> None:
         self.stuck = False
         if self.open:
-            self.driver.connection_drained(self.conn)
-            self.driver.feed(SendDrained(conn=self.conn))
+            self.connections.feed(SendDrained(conn=self.conn))
             if self._held:
                 # Not now: this may run while the driver is busy, where each message would
                 # only be queued, and every answer made before the first could block again.
-                loop = self.driver.loop
+                loop = self.connections.loop
                 loop.call_at(loop.now(), self._release)
 
     def _release(self) -> None:
@@ -198,13 +231,13 @@ class Peer:
         # A frame read in the same batch as one that got the connection closed comes after the
         # close: the core has forgotten the connection, and the frame is moot.
         if self.open:
-            self.driver.feed(MessageReceived(conn=self.conn, data=data))
+            self.connections.feed(MessageReceived(conn=self.conn, data=data))
 
     def _greeted(self) -> None:
         """Log the core's answer to `initialize`, once it has given one: the connection's one
         line at INFO. Asked at each send until a session is attached, since the answer is a
         send; the core says what it answered (`ServerCore.greeting`), nothing is parsed here."""
-        greeting = self.driver.core.greeting(self.conn)
+        greeting = self.connections.greeting(self.conn)
         if greeting is None or greeting is self._greeting:
             return
         self._greeting = greeting
@@ -231,12 +264,12 @@ class Peer:
 
 class WsPeer(Peer):
     def __init__(
-        self, driver: Driver, write: Write, hang_up: Callable[[], None], token: Token,
+        self, connections: Connections, write: Write, hang_up: Callable[[], None], token: Token,
         gate: Gate, label: str, abort: Callable[[], None], ping_interval: float,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         """``abort``: close now, dropping whatever is queued. Once upgraded, the peer pings
-        every ``ping_interval`` seconds on the driver's loop until the connection closes.
+        every ``ping_interval`` seconds on the server's loop until the connection closes.
 
         With ``tls`` the connection's bytes are TLS records: what is read is decrypted before
         the upgrade sees it, what is written encrypted on its way (see `_tls`); ``write`` and
@@ -248,19 +281,19 @@ class WsPeer(Peer):
 
             self._tls = ServerTls(tls)
             write, hang_up = self._write_tls, self._hang_up_tls
-        super().__init__(driver, write, hang_up)
+        super().__init__(connections, write, hang_up)
         self._abort = abort
         self._ping_interval = ping_interval
         self._next_ping: Callable[[], None] | None = None  # cancels the scheduled ping
         self._send_timeout = gate.send_timeout
         self._stuck_since: Callable[[], None] | None = None  # cancels the send timeout
         self._unanswered = 0  # our pings since the last pong
-        self._socket = ServerSocket(token=token, metrics=lambda: _metrics.render(driver.core),
+        self._socket = ServerSocket(token=token, metrics=connections.metrics,
                                     draining=lambda: gate.draining)
         self._label = label
         self._gate: Gate | None = gate  # until the upgrade is done or the connection gone
         self.refusing = False  # a wrong token's answer is waiting for AUTH_DELAY
-        loop = driver.loop
+        loop = connections.loop
         gate.upgrading[self] = loop.now()
         self._too_slow = loop.call_at(loop.now() + gate.timeout,
                                       lambda: self.time_out(f"no upgrade in {gate.timeout} s"))
@@ -278,7 +311,7 @@ class WsPeer(Peer):
             log.warning("connection from %s refused: %s", self._label, why,
                         extra={"fields": {"peer": self._label, "refused": why}})
             self._upgraded()
-            self.closing = True
+            self._close_starts()
             self.hang_up()
 
     def opened(self, label: str) -> None:
@@ -287,7 +320,7 @@ class WsPeer(Peer):
         self._schedule_ping()
 
     def _schedule_ping(self) -> None:
-        loop = self.driver.loop
+        loop = self.connections.loop
         self._next_ping = loop.call_at(loop.now() + self._ping_interval, self._ping_due)
 
     def _ping_due(self) -> None:
@@ -325,7 +358,7 @@ class WsPeer(Peer):
     def _hang_up_now(self) -> None:
         """Hang up below TLS: what is queued goes, no close_notify follows it."""
         if not self.closing:
-            self.closing = True
+            self._close_starts()
             self._raw_hang_up()
 
     def _write_tls(self, parts: Sequence[bytes]) -> None:
@@ -350,7 +383,7 @@ class WsPeer(Peer):
                         extra={"fields": {"peer": label, "refused": got.refused}})
         if got.delayed:
             self.refusing = True
-            loop = self.driver.loop
+            loop = self.connections.loop
             loop.call_at(loop.now() + AUTH_DELAY, lambda: self._refuse_late(bytes(got.send)))
             return
         if got.send:
@@ -360,11 +393,11 @@ class WsPeer(Peer):
         for message in got.messages:
             self.message(message)
         if got.closed:
-            self.closing = True
+            self._close_starts()
             self.hang_up()
 
     def lost(self) -> None:
-        self.closing = True  # nothing more may be written, such as a refusal still to come
+        self._close_starts()  # nothing more may be written, such as a refusal still to come
         self._upgraded()
         self._unstuck()
         if self._next_ping is not None:
@@ -378,7 +411,7 @@ class WsPeer(Peer):
     def blocked(self) -> None:
         super().blocked()
         if self.open and self._stuck_since is None:
-            loop = self.driver.loop
+            loop = self.connections.loop
             self._stuck_since = loop.call_at(loop.now() + self._send_timeout, self._stuck_too_long)
 
     def drained(self) -> None:
@@ -398,12 +431,12 @@ class WsPeer(Peer):
                         self._label, self._send_timeout,
                         extra={"fields": {"conn": self.conn, "peer": self._label,
                                           "closed": "send timeout"}})
-            self.closing = True
+            self._close_starts()
             self._abort()
 
     def _refuse_late(self, answer: bytes) -> None:
         if not self.closing:
-            self.closing = True
+            self._close_starts()
             self.write((answer,))
             self.hang_up()
 
@@ -415,7 +448,7 @@ class WsPeer(Peer):
 
     def close(self, code: int, reason: str) -> None:
         if not self.closing:
-            self.closing = True
+            self._close_starts()
             self.write((self._socket.close(code, reason),))
             self.hang_up()
 
@@ -428,7 +461,7 @@ class WsPeer(Peer):
                         self._label, self._unanswered,
                         extra={"fields": {"conn": self.conn, "peer": self._label,
                                           "closed": "no pong"}})
-            self.closing = True
+            self._close_starts()
             self._abort()
             return
         self._unanswered += 1
@@ -438,8 +471,9 @@ class WsPeer(Peer):
 class StdioPeer(Peer):
     """``--listen stdio``: one connection, newline-delimited JSON. Blank lines are ignored."""
 
-    def __init__(self, driver: Driver, write: Write, hang_up: Callable[[], None]) -> None:
-        super().__init__(driver, write, hang_up)
+    def __init__(self, connections: Connections, write: Write,
+                 hang_up: Callable[[], None]) -> None:
+        super().__init__(connections, write, hang_up)
         self._partial = bytearray()
 
     def received(self, data: bytes) -> None:
@@ -463,5 +497,5 @@ class StdioPeer(Peer):
             self.write((data, b"\n"))
 
     def close(self, code: int, reason: str) -> None:
-        self.closing = True
+        self._close_starts()
         self.hang_up()

@@ -26,7 +26,7 @@ from execproto.jsonrpc import Incoming, parse
 from ._peer import StdioPeer, Write
 
 if TYPE_CHECKING:
-    from .._serving._driver import Driver
+    from ._connections import Connections
 
 COPY_SIZE = 256 << 10
 
@@ -114,9 +114,9 @@ class DrainingStdioPeer(StdioPeer):
     tells `sent` how many bytes reached stdout, unless ``reports_sent`` is false (its writes
     are taken whole at once, as an asyncio transport does)."""
 
-    def __init__(self, driver: Driver, write: Write, hang_up: Callable[[], None], *,
+    def __init__(self, connections: Connections, write: Write, hang_up: Callable[[], None], *,
                  reports_sent: bool = True) -> None:
-        super().__init__(driver, write, hang_up)
+        super().__init__(connections, write, hang_up)
         self._owed: Counter[Any] = Counter()  # request id -> answers not yet sent
         self._unwritten = 0  # bytes sent and not yet reported written
         self._reports_sent = reports_sent

@@ -1,0 +1,116 @@
+"""A peer's state (`PeerState`) and what the core hears of a connection, whatever order an
+adapter reports things in: the core hears of a connection at most once, of its close exactly
+once if it heard of it, and of nothing of it before or after; the registry forgets it.
+
+The peers here are real; what they are given is a `Connections` whose ``feed`` records, over a
+loop that only keeps time (no I/O is involved in any of it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from execproto import (
+    ConnectionClosed,
+    ConnectionOpened,
+    Event,
+    MessageReceived,
+    SendBlocked,
+    SendDrained,
+    ServerCore,
+)
+from execproto.adapters._wire._connections import Connections
+from execproto.adapters._wire._peer import (
+    CLOSED,
+    KNOWN,
+    NOT_WRITING,
+    OPENED,
+    PeerState,
+    StdioPeer,
+)
+
+
+class Clock:
+    """The part of a `Loop` a peer uses: the time, and timers that never fire here."""
+
+    def now(self) -> float:
+        return 0.0
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Callable[[], None]:
+        return lambda: None
+
+
+def stdio_peer() -> tuple[StdioPeer, Connections, list[Event], list[bytes]]:
+    fed: list[Event] = []
+    written: list[bytes] = []
+    core = ServerCore()
+    connections = Connections(Clock(), fed.append, lambda: core)  # type: ignore[arg-type]
+    peer = StdioPeer(connections, lambda parts: written.extend(parts), lambda: None)
+    return peer, connections, fed, written
+
+
+def test_every_state_has_its_place_in_each_table() -> None:
+    # Opening: a refusal that raced its own upgrade is known to the core, and closing.
+    assert {s: OPENED.get(s, s) for s in PeerState} == {
+        PeerState.CONNECTING: PeerState.OPEN, PeerState.OPEN: PeerState.OPEN,
+        PeerState.CLOSING: PeerState.CLOSING, PeerState.REFUSING: PeerState.CLOSING,
+        PeerState.LOST: PeerState.LOST}
+    # Starting to close: only the two states that may still write move.
+    assert {s: CLOSED.get(s, s) for s in PeerState} == {
+        PeerState.CONNECTING: PeerState.REFUSING, PeerState.OPEN: PeerState.CLOSING,
+        PeerState.CLOSING: PeerState.CLOSING, PeerState.REFUSING: PeerState.REFUSING,
+        PeerState.LOST: PeerState.LOST}
+    assert KNOWN == {PeerState.OPEN, PeerState.CLOSING}
+    assert NOT_WRITING == set(PeerState) - {PeerState.CONNECTING, PeerState.OPEN}
+
+
+def test_a_stdio_connection_from_open_to_lost() -> None:
+    peer, connections, fed, written = stdio_peer()
+    assert peer.state is PeerState.CONNECTING and not peer.open and len(connections) == 0
+    peer.opened("stdio")
+    assert peer.state is PeerState.OPEN and len(connections) == 1
+    peer.send(b'{"id":1}')
+    peer.close(1000, "bye")
+    assert peer.state is PeerState.CLOSING and peer.open and peer.closing
+    peer.send(b'{"id":2}')  # nothing is written once closing
+    assert written == [b'{"id":1}', b"\n"]
+    peer.received(b"")
+    assert peer.state is PeerState.LOST and len(connections) == 0
+    assert [type(e) for e in fed] == [ConnectionOpened, ConnectionClosed]
+
+
+def test_a_connection_lost_before_it_opened_is_never_told() -> None:
+    peer, connections, fed, _ = stdio_peer()
+    peer.close(1000, "refused")
+    assert peer.state is PeerState.REFUSING and not peer.open
+    peer.lost()
+    assert peer.state is PeerState.LOST and fed == [] and len(connections) == 0
+
+
+HAPPENINGS = ("opened", "close", "message", "blocked", "drained", "lost")
+
+
+def happen(peer: StdioPeer, what: str) -> None:
+    {"opened": lambda: peer.opened("stdio"), "close": lambda: peer.close(1000, ""),
+     "message": lambda: peer.message(b"{}"), "blocked": peer.blocked,
+     "drained": peer.drained, "lost": peer.lost}[what]()
+
+
+@given(st.lists(st.sampled_from(HAPPENINGS), max_size=12))
+def test_the_core_hears_of_a_connection_in_order_whatever_happens(order: list[str]) -> None:
+    peer, connections, fed, _ = stdio_peer()
+    for what in [*order, "lost"]:  # every connection is lost in the end
+        happen(peer, what)
+    kinds = [type(event) for event in fed]
+    assert kinds.count(ConnectionOpened) == kinds.count(ConnectionClosed) <= 1
+    if kinds:
+        assert kinds[0] is ConnectionOpened and kinds[-1] is ConnectionClosed
+        assert set(kinds[1:-1]) <= {MessageReceived, SendBlocked, SendDrained}
+    assert peer.state is PeerState.LOST and len(connections) == 0
+    # Nothing more is heard of it afterwards.
+    for what in HAPPENINGS:
+        happen(peer, what)
+    assert [type(event) for event in fed] == kinds

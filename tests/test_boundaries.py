@@ -13,12 +13,14 @@ ADAPTERS = Path(__file__).resolve().parent.parent / "src" / "adapters"
 
 
 def private_core_imports(source: str) -> list[str]:
-    """The private core modules ``source`` imports (``execproto._x``, at any depth)."""
+    """The private core modules ``source`` imports (``execproto._x``, at any depth), or names in
+    a string, as ``importlib.import_module`` would take them."""
     found = []
     for node in ast.walk(ast.parse(source)):
         names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
                  else [node.module] if isinstance(node, ast.ImportFrom) and not node.level
-                 and node.module else [])
+                 and node.module else [node.value] if isinstance(node, ast.Constant)
+                 and isinstance(node.value, str) else [])
         found += [name for name in names if name.startswith("execproto._")]
     return found
 
@@ -31,6 +33,8 @@ def test_no_adapter_imports_a_private_core_module() -> None:
 
 def test_the_scan_sees_one() -> None:
     planted = ("import os\nfrom execproto._policy import RANK\n"
-               "def f():\n    import execproto._trace\n")
-    assert private_core_imports(planted) == ["execproto._policy", "execproto._trace"]
+               "def f():\n    import execproto._trace\n"
+               "NEEDS = ('execproto._descriptors', 'execproto.descriptors')\n")
+    assert sorted(private_core_imports(planted)) == [
+        "execproto._descriptors", "execproto._policy", "execproto._trace"]
     assert private_core_imports("from execproto.policy import RANK\nfrom . import _fs\n") == []

@@ -555,9 +555,9 @@ def _command_in(argv: list[str]) -> str | None:
 
 # What each command imports before it runs (serve's event loop waits for --adapter).
 NEEDS = {
-    "serve": ("._wire._listen", ".backends", "._serving._host", "execproto._descriptors"),
+    "serve": ("._wire._listen", ".backends", "._serving._host", "execproto.descriptors"),
     "exec": ("._command._exec",),
-    "replay": ("execproto._trace",),
+    "replay": ("execproto.trace",),
 }
 
 

@@ -2,5 +2,5 @@
 timer, the stop, the core's failure) and what every adapter's ``serve`` shares.
 
 It may use every room below it (`_wire`, `_processes`, `_files`, `_http`) and `backends`; no
-room imports it but for types.
+room imports it, not even for types: only the adapters and `cli` do.
 """

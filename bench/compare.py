@@ -3,10 +3,10 @@
     .venv/bin/python bench/compare.py [--quick] [--json FILE]
 
 Servers: execproto on each adapter; the reference `codex exec-server` 0.171.0 when it is
-installed (found as tests/adapters/test_reference.py finds it); OpenSSH on loopback when `sshd`
-is installed, with a throwaway key and config made here (one connection, multiplexed with
-ControlMaster, so a command costs a channel, not a handshake). Every exec-server gets the same
-measuring client (bench/wsbench.py). Workloads:
+installed (found as tests/reference.py finds it: `make reference` puts it there); OpenSSH on
+loopback when `sshd` is installed, with a throwaway key and config made here (one connection,
+multiplexed with ControlMaster, so a command costs a channel, not a handshake). Every
+exec-server gets the same measuring client (bench/wsbench.py). Workloads:
 
   stream    one process writes 256 MiB (head -c 268435456 /dev/zero); from process/start until
             every byte has arrived as process/output; the best of three. The client's own CPU
@@ -23,7 +23,6 @@ measuring client (bench/wsbench.py). Workloads:
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -39,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from reference import REFERENCE  # noqa: E402
 from wsbench import WsClient, output_bytes, start_params  # noqa: E402
 
 STREAM = 256 << 20
@@ -80,18 +81,6 @@ def execproto(adapter: str) -> Callable[[], Server]:
     argv = [sys.executable, "-m", "execproto.adapters", "serve", "--listen", "ws://127.0.0.1:0",
             "--adapter", adapter, "--log-level", "WARNING", "--drain-grace", "0"]
     return lambda: Server(f"execproto-{adapter}", argv)
-
-
-def reference_binary() -> str | None:
-    candidates = [os.environ.get("EXECPROTO_REFERENCE"), shutil.which("codex")]
-    installed = "/tmp/ref/node_modules/@openai/codex-linux-x64/vendor/*/bin/codex"
-    candidates += sorted(glob.glob(installed))
-    for path in candidates:
-        if path and os.access(path, os.X_OK):
-            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-            if "0.171.0" in out.stdout:
-                return path
-    return None
 
 
 def reference(binary: str) -> Callable[[], Server]:
@@ -520,12 +509,12 @@ def main() -> None:
     for adapter in args.adapters.split(","):
         print(f"measuring execproto-{adapter} ...", file=sys.stderr)
         results[f"execproto-{adapter}"] = measure_ws(execproto(adapter), size, runs)
-    binary = reference_binary()
+    binary = REFERENCE
     if binary:
         print("measuring the reference ...", file=sys.stderr)
         results["reference"] = measure_ws(reference(binary), size, runs)
     else:
-        notes.append("reference: not installed (npm install @openai/codex@0.171.0 under /tmp/ref)")
+        notes.append("reference: not installed (make reference)")
     sshd = shutil.which("sshd")
     if sshd is None and os.access("/usr/sbin/sshd", os.X_OK):
         sshd = "/usr/sbin/sshd"

@@ -9,7 +9,8 @@ answer. Servers:
 
 - ``execproto serve`` as deployed: this checkout built as a wheel and installed (not editable)
   in a virtual environment of its own, as the Containerfile and ``pipx install .`` have it,
-  with the dependencies of this interpreter's environment on its path;
+  with the dependencies of this interpreter's environment on its path; also with
+  ``--adapter threads``, which imports no asyncio;
 - ``execproto serve`` and ``python -m execproto serve`` from this interpreter's environment
   (``make``'s .venv has the package editable, whose path finder every start pays for, and the
   test tools' start-up hooks);
@@ -17,8 +18,9 @@ answer. Servers:
   tests/reference.py finds it).
 
 The floors are ``python -c pass`` with each interpreter, from launch to exit, and, as deployed,
-importing what no server start can skip: asyncio, wsproto (with h11) and the core (attrs and
-the core's classes). The median of the runs is the figure; min and max show the spread (a
+importing each chosen dependency alone (asyncio, wsproto with h11, attrs), asyncio and wsproto
+together, and what no server start can skip: those and the core (attrs and the core's
+classes). The median of the runs is the figure; min and max show the spread (a
 shared 2-core machine is noisy).
 
 Every subject gets one launch first that is not counted, and runs with bytecode caching on
@@ -41,6 +43,7 @@ import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -160,6 +163,10 @@ def execproto_script() -> str:
 # The dependencies every server start imports, and the core's attrs classes (events, actions,
 # the server core): no start can take less than these do.
 UNSKIPPABLE = "import asyncio, wsproto, execproto.events, execproto.actions, execproto._server"
+# Each chosen dependency on its own, and the two the asyncio adapter cannot serve without: what
+# the start costs before a line of execproto runs.
+DEPENDENCIES = {"asyncio": "import asyncio", "wsproto (with h11)": "import wsproto",
+                "attrs": "import attrs", "asyncio and wsproto": "import asyncio, wsproto"}
 SERVE = ["serve", "--listen", "ws://127.0.0.1:0", "--log-level", "warning"]
 
 
@@ -167,8 +174,12 @@ def subjects(installed: Path) -> dict[str, Callable[[], float]]:
     python = str(installed.parent / "python")
     found: dict[str, Callable[[], float]] = {
         "python -c pass, its venv (the floor)": lambda: launch_to_exit([python, "-c", "pass"]),
+        **{f"importing {name} alone": partial(launch_to_exit, [python, "-c", code])
+           for name, code in DEPENDENCIES.items()},
         "importing what serving cannot skip": lambda: launch_to_exit([python, "-c", UNSKIPPABLE]),
         "execproto serve, as deployed": lambda: launch_to_ready([str(installed), *SERVE]),
+        "serve --adapter threads, as deployed": lambda: launch_to_ready(
+            [str(installed), *SERVE, "--adapter", "threads"]),
         "python -c pass, this venv": lambda: launch_to_exit([sys.executable, "-c", "pass"]),
         "execproto serve, this venv": lambda: launch_to_ready([execproto_script(), *SERVE]),
         "python -m execproto serve": lambda: launch_to_ready(

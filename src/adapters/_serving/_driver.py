@@ -140,12 +140,12 @@ class Driver:
     # -- the owner ------------------------------------------------------------------------------
 
     def feed(self, event: Event) -> None:
+        react = self._reactions.get(type(event))
+        if react is not None:
+            react(event)  # even after a failure: a closed connection's handles are closed
         if self.failure is not None:
             self._stopped_after_failure()  # nothing can be handled any more: just stop
             return
-        react = self._reactions.get(type(event))
-        if react is not None:
-            react(event)
         self._queue.append(event)
         if self._busy:
             return  # the drain below is already running further up this stack

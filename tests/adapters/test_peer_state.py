@@ -2,13 +2,15 @@
 adapter reports things in: the core hears of a connection at most once, of its close exactly
 once if it heard of it, and of nothing of it before or after; the registry forgets it.
 
-The peers here are real; what they are given is a `Connections` whose ``feed`` records, over a
-loop that only keeps time (no I/O is involved in any of it).
+The peers here are real; what they are given is a `Connections` whose ``feed`` records, or a
+real `Driver`'s, over a loop that only keeps time (no I/O is involved in any of it).
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,6 +24,8 @@ from execproto import (
     SendDrained,
     ServerCore,
 )
+from execproto.adapters._files._fs import Files
+from execproto.adapters._serving._driver import Driver
 from execproto.adapters._wire._connections import Connections
 from execproto.adapters._wire._peer import (
     CLOSED,
@@ -114,3 +118,34 @@ def test_the_core_hears_of_a_connection_in_order_whatever_happens(order: list[st
     for what in HAPPENINGS:
         happen(peer, what)
     assert [type(event) for event in fed] == kinds
+
+
+class StillLoop(Clock):
+    """A whole `Loop` on which nothing ever fires: enough to build a `Driver` and feed it."""
+
+    def watch_read(self, fd: int, callback: Callable[[], None]) -> None: ...
+    def watch_write(self, fd: int, callback: Callable[[], None]) -> None: ...
+    def unwatch_read(self, fd: int) -> None: ...
+    def unwatch_write(self, fd: int) -> None: ...
+    def run_blocking(self, work: Callable[[], Any], done: Callable[[Any], None]) -> None: ...
+    def post(self, call: Callable[[], None]) -> None: ...
+
+
+class FailingFiles(Files):
+    """Files whose close fails, as ``close(2)`` may on a network file system (EIO)."""
+
+    def close_connection(self, conn: int) -> None:
+        raise OSError(errno.EIO, "close failed")
+
+
+def test_the_core_hears_a_close_even_when_closing_its_handles_fails() -> None:
+    core = ServerCore()
+    driver = Driver(core, StillLoop(), files=FailingFiles())
+    try:
+        first = StdioPeer(driver.connections, lambda parts: None, lambda: None)
+        first.opened("stdio")
+        assert core.gauges()["connections"] == 1
+        first.lost()
+        assert core.gauges()["connections"] == 0 and len(driver.connections) == 0
+    finally:
+        driver.close()

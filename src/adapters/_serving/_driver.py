@@ -101,8 +101,7 @@ class Driver:
         # adapter's `on_failure` starts the same stop as SIGTERM does.
         self.failure: BaseException | None = None
         self.on_failure: Callable[[], None] | None = None
-        # The rooms, each owning the state of one family of actions.
-        self.children = Children(loop, self.feed, backend or LocalBackend(),
+        self.children = Children(loop, self.feed, backend or LocalBackend(),  # the rooms
                                  lambda: self.failure is not None)
         self.children.on_cleaned = self._check_idle_if_stopping  # the stop waits for cleanups
         self.connections = Connections(loop, self.feed, lambda: self.core)
@@ -126,10 +125,9 @@ class Driver:
             Send: self.connections.raised,
             CloseConnection: self.connections.raised,
         }
-        # What the rooms do for one connection when its peer reports it, before the core hears
-        # of it: its fs/open handles are taken from its opening to its close (and closed then),
-        # none of its fs calls start while its send buffer is past the high water (answers
-        # nobody reads would only pile up), and its queued calls are not run once it is gone.
+        # What the rooms do for a connection as its peer reports it, before the core hears: its
+        # fs/open handles live from its opening to its close, no fs call of its starts while it
+        # is blocked (unread answers would pile up), and its queued calls go with it.
         self._reactions: dict[type, Callable[[Any], None]] = {
             ConnectionOpened: lambda event: self.files.open_connection(event.conn),
             SendBlocked: lambda event: self.fs.hold(event.conn),
@@ -142,7 +140,10 @@ class Driver:
     def feed(self, event: Event) -> None:
         react = self._reactions.get(type(event))
         if react is not None:
-            react(event)  # even after a failure: a closed connection's handles are closed
+            try:  # even after a failure: a closed connection's handles are closed
+                react(event)
+            except Exception:  # the OS refusing a close (EIO), or a bug: the core still hears
+                log.exception("the rooms' reaction to %s failed", type(event).__name__)
         if self.failure is not None:
             self._stopped_after_failure()  # nothing can be handled any more: just stop
             return
@@ -266,8 +267,7 @@ class Driver:
             self._cancel_tick = self.loop.call_at(when, self._on_tick)
 
     def _on_tick(self) -> None:
-        self._cancel_tick = None
-        self._tick_at = None
+        self._cancel_tick = self._tick_at = None
         self.feed(Tick())
 
     def _connection_gone(self, event: ConnectionClosed) -> None:

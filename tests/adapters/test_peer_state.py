@@ -9,13 +9,14 @@ real `Driver`'s, over a loop that only keeps time (no I/O is involved in any of 
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from execproto import (
+    Config,
     ConnectionClosed,
     ConnectionOpened,
     Event,
@@ -32,8 +33,10 @@ from execproto.adapters._wire._peer import (
     KNOWN,
     NOT_WRITING,
     OPENED,
+    Gate,
     PeerState,
     StdioPeer,
+    WsPeer,
 )
 
 
@@ -149,3 +152,39 @@ def test_the_core_hears_a_close_even_when_closing_its_handles_fails() -> None:
         assert core.gauges()["connections"] == 0 and len(driver.connections) == 0
     finally:
         driver.close()
+
+
+class Timers(Clock):
+    """A clock that keeps the timers set on it (never fired), to see what is left pending."""
+
+    def __init__(self) -> None:
+        self.pending: list[Callable[[], None]] = []
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Callable[[], None]:
+        self.pending.append(callback)
+        return lambda: self.pending.remove(callback)
+
+
+UPGRADE = (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+
+
+def test_an_upgrade_whose_answer_loses_the_connection_leaves_nothing_behind() -> None:
+    # Writing the 101 fails and the adapter reports the connection lost at once (asyncio does,
+    # from inside the write): the upgrade then completes on a peer that is gone.
+    fed: list[Event] = []
+    core = ServerCore()
+    timers = Timers()
+    connections = Connections(timers, fed.append, lambda: core)  # type: ignore[arg-type]
+    peer: WsPeer | None = None
+
+    def write(parts: Sequence[bytes]) -> None:
+        assert peer is not None
+        peer.lost()
+
+    peer = WsPeer(connections, write, lambda: None, None, Gate(Config()), "127.0.0.1:1",
+                  abort=lambda: None, ping_interval=30)
+    peer.received(UPGRADE, "127.0.0.1:1")
+    assert peer.state is PeerState.LOST
+    assert fed == [] and len(connections) == 0
+    assert timers.pending == []  # no ping scheduled for it, no upgrade timeout left

@@ -317,7 +317,8 @@ class WsPeer(Peer):
     def opened(self, label: str) -> None:
         self._upgraded()
         super().opened(label)
-        self._schedule_ping()
+        if self.open:  # not when lost during its own upgrade (its 101's write failed)
+            self._schedule_ping()
 
     def _schedule_ping(self) -> None:
         loop = self.connections.loop

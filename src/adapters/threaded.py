@@ -367,7 +367,7 @@ class _SocketConnection(_Connection):
         self._received(data)
         if not data:
             self._end()
-        elif self.peer.open and not self._closing:  # upgraded: over to its own threads
+        elif self.peer.state.known and not self._closing:  # upgraded: over to its own threads
             self._loop.unwatch_read(self._fd)
             self._loop.unwatch_write(self._fd)
             self._sock.setblocking(True)

@@ -10,7 +10,8 @@ action is carried out by the room that owns its family's state, through one tabl
 processes (`_children`), ``fs/*`` calls (`_fs_calls`), ``http/request`` calls (`_http_calls`),
 watched paths (`_watch`), the connections (`Connections`). Each room gets the loop and
 ``feed``, and nothing of another's. What the rooms keep for one connection follows the events
-its peer feeds (`_reactions`): its fs handles, its calls still queued, its held fs calls.
+its peer feeds, through the reactions `Connections` runs: its fs handles, its calls still
+queued, its held fs calls.
 """
 
 from __future__ import annotations
@@ -104,7 +105,15 @@ class Driver:
         self.children = Children(loop, self.feed, backend or LocalBackend(),  # the rooms
                                  lambda: self.failure is not None)
         self.children.on_cleaned = self._check_idle_if_stopping  # the stop waits for cleanups
-        self.connections = Connections(loop, self.feed, lambda: self.core)
+        # What the rooms do for a connection as its peer reports it, before the core hears: its
+        # fs/open handles live from its opening to its close, no fs call of its starts while it
+        # is blocked (unread answers would pile up), and its queued calls go with it.
+        self.connections = Connections(loop, self.feed, lambda: self.core, {
+            ConnectionOpened: lambda event: self.files.open_connection(event.conn),
+            SendBlocked: lambda event: self.fs.hold(event.conn),
+            SendDrained: lambda event: self.fs.release(event.conn),
+            ConnectionClosed: self._connection_gone,
+        })
         self.http = HttpCalls(loop, self.feed, self.connections.stuck)
         self.fs = FsCalls(loop, self.feed, self.files)
         self.watches = Watches(loop, self.feed, self.files.scope)
@@ -125,25 +134,10 @@ class Driver:
             Send: self.connections.raised,
             CloseConnection: self.connections.raised,
         }
-        # What the rooms do for a connection as its peer reports it, before the core hears: its
-        # fs/open handles live from its opening to its close, no fs call of its starts while it
-        # is blocked (unread answers would pile up), and its queued calls go with it.
-        self._reactions: dict[type, Callable[[Any], None]] = {
-            ConnectionOpened: lambda event: self.files.open_connection(event.conn),
-            SendBlocked: lambda event: self.fs.hold(event.conn),
-            SendDrained: lambda event: self.fs.release(event.conn),
-            ConnectionClosed: self._connection_gone,
-        }
 
     # -- the owner ------------------------------------------------------------------------------
 
     def feed(self, event: Event) -> None:
-        react = self._reactions.get(type(event))
-        if react is not None:
-            try:  # even after a failure: a closed connection's handles are closed
-                react(event)
-            except Exception:  # the OS refusing a close (EIO), or a bug: the core still hears
-                log.exception("the rooms' reaction to %s failed", type(event).__name__)
         if self.failure is not None:
             self._stopped_after_failure()  # nothing can be handled any more: just stop
             return

@@ -8,11 +8,13 @@ log line) and the metrics (``/metrics``). Both are asked of the core the driver 
 time: a trace whose file failed leaves the driver with the core inside it.
 
 What other rooms keep for a connection (its fs handles, its queued calls) follows the events
-the peer feeds; the driver's reactions to them do that, not the peer.
+the peer feeds: the owner hands a table of reactions, run here before each such event goes on.
+Only a connection's events pass here, so the output path pays nothing for them.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,15 +30,19 @@ if TYPE_CHECKING:
     from .._loop import Loop
     from ._peer import Peer
 
+log = logging.getLogger("execproto")
+
 
 class Connections:
     """The peers the core knows, and the few things each may ask of the server."""
 
     def __init__(self, loop: Loop, feed: Callable[[Event], None],
-                 core: Callable[[], ServerCore | Recorder]) -> None:
+                 core: Callable[[], ServerCore | Recorder],
+                 reactions: dict[type, Callable[[Any], None]] | None = None) -> None:
         self.loop = loop
-        self.feed = feed
+        self._feed = feed
         self._core = core
+        self._reactions = reactions or {}
         self._peers: dict[int, Peer] = {}
         self._last = 0
         # The core's actions carried out here (the driver's table takes these).
@@ -57,6 +63,18 @@ class Connections:
         self._peers.pop(conn, None)
 
     # -- what a peer asks -----------------------------------------------------------------------
+
+    def feed(self, event: Event) -> None:
+        """A connection's event, after the owner's reaction to it (if any). Even after the
+        core failed, so a closed connection's handles are closed; and a reaction that raises
+        (a close the OS refused, or a bug) is logged, so the core still hears of the event."""
+        react = self._reactions.get(type(event))
+        if react is not None:
+            try:
+                react(event)
+            except Exception:
+                log.exception("the reaction to %s failed", type(event).__name__)
+        self._feed(event)
 
     def greeting(self, conn: int) -> Greeting | None:
         return self._core().greeting(conn)

@@ -59,13 +59,20 @@ MISSED_PONGS = 2
 
 
 class PeerState(Enum):
-    """Where a connection is. The core knows it in OPEN and CLOSING only."""
+    """Where a connection is, and what that allows: ``known``, the core knows the connection;
+    ``writes``, more than a close may still be written to it. Both are plain attributes of
+    each state, since every send asks."""
 
-    CONNECTING = "connecting"  # accepted: a websocket in its upgrade, or stdio not yet opened
-    OPEN = "open"  # the core was told (`ConnectionOpened`)
-    CLOSING = "closing"  # the core knows it; nothing more is written but the close
-    REFUSING = "refusing"  # closing before the core ever knew it: a refused or slow upgrade
-    LOST = "lost"  # gone, and the core told if it knew
+    #            name           known  writes
+    CONNECTING = ("connecting", False, True)  # a websocket in its upgrade, stdio not opened yet
+    OPEN = ("open", True, True)  # the core was told (`ConnectionOpened`)
+    CLOSING = ("closing", True, False)  # the core knows it; nothing is written but the close
+    REFUSING = ("refusing", False, False)  # closing before the core knew it: a refused upgrade
+    LOST = ("lost", False, False)  # gone, and the core told if it knew
+
+    def __init__(self, name: str, known: bool, writes: bool) -> None:
+        self.known = known
+        self.writes = writes
 
 
 # What opening and starting to close make of each state; a state not listed stays as it is.
@@ -73,8 +80,6 @@ class PeerState(Enum):
 # hears of the connection, and of its close.
 OPENED = {PeerState.CONNECTING: PeerState.OPEN, PeerState.REFUSING: PeerState.CLOSING}
 CLOSED = {PeerState.CONNECTING: PeerState.REFUSING, PeerState.OPEN: PeerState.CLOSING}
-KNOWN = frozenset({PeerState.OPEN, PeerState.CLOSING})  # the core knows the connection
-NOT_WRITING = frozenset({PeerState.CLOSING, PeerState.REFUSING, PeerState.LOST})
 
 
 def _nothing() -> None:
@@ -165,16 +170,6 @@ class Peer:
         self._greeting: Greeting | None = None
         self._session: str | None = None
 
-    @property
-    def open(self) -> bool:
-        """Whether the core knows the connection: from `opened` until `lost`."""
-        return self.state in KNOWN
-
-    @property
-    def closing(self) -> bool:
-        """Whether nothing more may be written but a close."""
-        return self.state in NOT_WRITING
-
     def _close_starts(self) -> None:
         self.state = CLOSED.get(self.state, self.state)
 
@@ -190,7 +185,7 @@ class Peer:
 
     def lost(self) -> None:
         self._held.clear()
-        known = self.open
+        known = self.state.known
         self.state = PeerState.LOST
         if known:
             log.debug("connection %d closed: %s, session %s", self.conn, self.label,
@@ -204,12 +199,12 @@ class Peer:
 
     def blocked(self) -> None:
         self.stuck = True
-        if self.open:
+        if self.state.known:
             self.connections.feed(SendBlocked(conn=self.conn))
 
     def drained(self) -> None:
         self.stuck = False
-        if self.open:
+        if self.state.known:
             self.connections.feed(SendDrained(conn=self.conn))
             if self._held:
                 # Not now: this may run while the driver is busy, where each message would
@@ -218,7 +213,7 @@ class Peer:
                 loop.call_at(loop.now(), self._release)
 
     def _release(self) -> None:
-        while self._held and not self.stuck and self.open:
+        while self._held and not self.stuck and self.state.known:
             self._handle(self._held.popleft())
 
     def message(self, data: bytes | str) -> None:
@@ -230,7 +225,7 @@ class Peer:
     def _handle(self, data: bytes | str) -> None:
         # A frame read in the same batch as one that got the connection closed comes after the
         # close: the core has forgotten the connection, and the frame is moot.
-        if self.open:
+        if self.state.known:
             self.connections.feed(MessageReceived(conn=self.conn, data=data))
 
     def _greeted(self) -> None:
@@ -307,7 +302,7 @@ class WsPeer(Peer):
 
     def time_out(self, why: str) -> None:
         """Close a connection still in its upgrade."""
-        if self._gate is not None and not self.closing:
+        if self._gate is not None and self.state.writes:
             log.warning("connection from %s refused: %s", self._label, why,
                         extra={"fields": {"peer": self._label, "refused": why}})
             self._upgraded()
@@ -317,7 +312,7 @@ class WsPeer(Peer):
     def opened(self, label: str) -> None:
         self._upgraded()
         super().opened(label)
-        if self.open:  # not when lost during its own upgrade (its 101's write failed)
+        if self.state.known:  # not when lost during its own upgrade (its 101's write failed)
             self._schedule_ping()
 
     def _schedule_ping(self) -> None:
@@ -327,7 +322,7 @@ class WsPeer(Peer):
     def _ping_due(self) -> None:
         self._next_ping = None
         self.ping()  # which may close the connection: a client that stopped answering
-        if self.open and not self.closing:
+        if self.state is PeerState.OPEN:
             self._schedule_ping()
 
     def received(self, data: bytes, label: str) -> None:
@@ -358,7 +353,7 @@ class WsPeer(Peer):
 
     def _hang_up_now(self) -> None:
         """Hang up below TLS: what is queued goes, no close_notify follows it."""
-        if not self.closing:
+        if self.state.writes:
             self._close_starts()
             self._raw_hang_up()
 
@@ -411,7 +406,7 @@ class WsPeer(Peer):
 
     def blocked(self) -> None:
         super().blocked()
-        if self.open and self._stuck_since is None:
+        if self.state.known and self._stuck_since is None:
             loop = self.connections.loop
             self._stuck_since = loop.call_at(loop.now() + self._send_timeout, self._stuck_too_long)
 
@@ -427,7 +422,7 @@ class WsPeer(Peer):
 
     def _stuck_too_long(self) -> None:
         self._stuck_since = None
-        if self.open and self.stuck:
+        if self.state.known and self.stuck:
             log.warning("connection %d from %s closed: nothing read for %s s", self.conn,
                         self._label, self._send_timeout,
                         extra={"fields": {"conn": self.conn, "peer": self._label,
@@ -436,7 +431,7 @@ class WsPeer(Peer):
             self._abort()
 
     def _refuse_late(self, answer: bytes) -> None:
-        if not self.closing:
+        if self.state.writes:
             self._close_starts()
             self.write((answer,))
             self.hang_up()
@@ -444,18 +439,18 @@ class WsPeer(Peer):
     def send(self, data: bytes) -> None:
         if self._session is None:
             self._greeted()
-        if not self.closing:
+        if self.state.writes:
             self.write((text_frame_header(len(data)), data))
 
     def close(self, code: int, reason: str) -> None:
-        if not self.closing:
+        if self.state.writes:
             self._close_starts()
             self.write((self._socket.close(code, reason),))
             self.hang_up()
 
     def ping(self) -> None:
         # While blocked nothing is read, pongs included: the send timeout covers that case.
-        if not self.open or self.closing or self.stuck:
+        if self.state is not PeerState.OPEN or self.stuck:
             return
         if self._unanswered >= MISSED_PONGS:
             log.warning("connection %d from %s closed: %d pings unanswered", self.conn,
@@ -494,7 +489,7 @@ class StdioPeer(Peer):
     def send(self, data: bytes) -> None:
         if self._session is None:
             self._greeted()
-        if not self.closing:
+        if self.state.writes:
             self.write((data, b"\n"))
 
     def close(self, code: int, reason: str) -> None:

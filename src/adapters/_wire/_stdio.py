@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from execproto.jsonrpc import Incoming, parse
 
-from ._peer import StdioPeer, Write
+from ._peer import PeerState, StdioPeer, Write
 
 if TYPE_CHECKING:
     from ._connections import Connections
@@ -147,7 +147,7 @@ class DrainingStdioPeer(StdioPeer):
     def send(self, data: bytes) -> None:
         if self._owed and data.startswith(ANSWER):
             self._answered(data)
-        if self._reports_sent and not self.closing:
+        if self._reports_sent and self.state.writes:
             self._unwritten += len(data) + 1
         super().send(data)
         self._check()
@@ -173,7 +173,7 @@ class DrainingStdioPeer(StdioPeer):
 
     def _check(self) -> None:
         # Closed or lost (a failed write, say), before stdin's end or after: nothing will come.
-        gone = not self.open or self.closing
+        gone = self.state is not PeerState.OPEN
         if self._ended and (gone or (not self._owed and self._unwritten <= 0)):
             self._say_ended()
 

@@ -46,6 +46,7 @@ from ._client._client_process import (
     ClientBug,
     ConnectionLost,
     ExecError,
+    MessageTooBig,
     Process,
     RemoteError,
     Result,
@@ -53,7 +54,7 @@ from ._client._client_process import (
     SessionGone,
     _Waiter,
 )
-from ._client._wsclient import HandshakeRefused, NotWebSocket, TLSFailed, WebSocket
+from ._client._wsclient import MAX_MESSAGE, HandshakeRefused, NotWebSocket, TLSFailed, WebSocket
 
 __all__ = [
     "Chunk",
@@ -62,6 +63,8 @@ __all__ = [
     "ConnectionLost",
     "ExecError",
     "HandshakeRefused",
+    "MAX_MESSAGE",
+    "MessageTooBig",
     "NotWebSocket",
     "Process",
     "RemoteError",
@@ -97,8 +100,10 @@ class Client:
         on_connection: Callable[[str], None] | None = None,
         buffer_bytes: int = BUFFER_BYTES,
         ca_file: str | os.PathLike[str] | None = None,
+        max_message: int = MAX_MESSAGE,
     ) -> None:
         self.url = url
+        self.max_message = max_message
         self.ca_file = ca_file
         self.buffer_bytes = buffer_bytes
         self.resume_timeout = resume_timeout
@@ -276,7 +281,7 @@ class Client:
         ws = await WebSocket.connect(self.url, token=self._token,
                                      connect_timeout=self.connect_timeout,
                                      handshake_timeout=self.handshake_timeout,
-                                     ca_file=self.ca_file)
+                                     ca_file=self.ca_file, max_message=self.max_message)
         self._ws = ws
         self._core.connection_made()
         await self._flush()
@@ -296,6 +301,8 @@ class Client:
             await ws.aclose()
             if self._broken is not None:
                 raise self._broken
+            if ws.too_big is not None:
+                raise MessageTooBig(ws.too_big)
             raise ConnectionLost(self._handshake_error or "the server closed the connection")
 
     async def _run(self) -> None:
@@ -311,6 +318,9 @@ class Client:
             self._dispatch(self._core.connection_lost())
             await ws.aclose()
             if self._closing:
+                return
+            if ws.too_big is not None:  # resuming would only fetch the same message again
+                self._break(MessageTooBig(ws.too_big))
                 return
             if ws.closed_by_server is not None:
                 # A close frame is the server's decision (going away, 1001; or refusing us):
@@ -350,6 +360,8 @@ class Client:
                     await self._open()
                     log.info("resumed session %s", self.session_id)
                     return
+                except MessageTooBig:
+                    raise  # it would come again: not a drop to retry
                 except (OSError, ConnectionLost) as error:
                     log.debug("reconnect failed: %s", error)
                 await anyio.sleep(delay)
@@ -430,6 +442,7 @@ async def connect(
     on_connection: Callable[[str], None] | None = None,
     buffer_bytes: int = BUFFER_BYTES,
     ca_file: str | os.PathLike[str] | None = None,
+    max_message: int = MAX_MESSAGE,
 ) -> AsyncIterator[Client]:
     """Connect to the exec-server at ``url`` (``ws://IP:PORT``) and start a session.
 
@@ -448,11 +461,16 @@ async def connect(
 
     A ``wss://`` server's certificate is verified against the system's trust store (or the
     file ``SSL_CERT_FILE`` names), or, given ``ca_file`` (PEM), against its certificates alone.
+
+    A message from the server over ``max_message`` bytes (96 MiB: room for the largest an
+    execproto server sends, a 64 MiB ``fs/readFile`` in base64) closes the connection as it
+    comes, before it is held, and fails everything with `MessageTooBig`: a hostile server
+    cannot grow the client without bound.
     """
     client = Client(url, token=token, client_name=client_name, resume_timeout=resume_timeout,
                     acks=acks, connect_timeout=connect_timeout,
                     handshake_timeout=handshake_timeout, on_connection=on_connection,
-                    buffer_bytes=buffer_bytes, ca_file=ca_file)
+                    buffer_bytes=buffer_bytes, ca_file=ca_file, max_message=max_message)
     await client._open()
     try:
         async with anyio.create_task_group() as group:

@@ -59,6 +59,12 @@ class ServerClosed(ConnectionLost):
         self.reason = reason
 
 
+class MessageTooBig(ConnectionLost):
+    """The server sent a message over the client's bound (connect's ``max_message``, or too
+    many frames): the client closed the connection rather than hold it, and does not resume,
+    which would only fetch the message again. The message names the bound."""
+
+
 class ClientBug(ExecError):
     """The client core failed on a bug of its own (not the server's doing): the client stops,
     failing every call and process, rather than go on from a state it cannot trust."""

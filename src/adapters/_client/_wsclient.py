@@ -1,4 +1,10 @@
-"""A websocket client on anyio and wsproto: one connection, whole messages in and out."""
+"""A websocket client on anyio and wsproto: one connection, whole messages in and out.
+
+A message is counted as its pieces arrive, so one over ``max_message`` bytes (or in more than
+MAX_FRAGMENTS frames) closes the connection with 1009 before it is held: a hostile server
+cannot grow the client. The upgrade's answer is bounded already: h11 refuses a head over
+16 KiB, and of a refusal's body only `_BODY_READ` bytes are read.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +33,15 @@ from wsproto.utilities import RemoteProtocolError
 from execproto.actions import CloseCode
 
 _READ_SIZE = 1 << 18
+# The bound of one message's bytes. The server's (`_wire._ws.MAX_MESSAGE`, 64 MiB; this room
+# may not import it) is on what it reads; what it sends goes further: an fs/readFile answer
+# carries up to 64 MiB (`_files._fs.MAX_READ_FILE`) in base64, some 85.4 MiB.
+MAX_MESSAGE = 96 << 20
+# And of its frames, the server's: a message of endless empty frames never grows in bytes.
+MAX_FRAGMENTS = 4096
+# Pieces of a message kept apart before they are joined into one: a server that trickles a
+# message a few bytes at a time would otherwise cost an object (some 50 bytes) per piece.
+_LOOSE_PIECES = 256
 # Of a refusal's body, only this much is read, and only a short plain-text first line is shown:
 # a wrong port may land on a web server whose answer is a whole page.
 _BODY_READ = 4096
@@ -91,6 +106,21 @@ def parse_url(url: str) -> tuple[str, int, str, bool]:
     return parts.hostname, port, target, tls
 
 
+def _join(parts: list[str | bytes | bytearray]) -> str | bytes:
+    """The pieces of one message, all text or all bytes, as one."""
+    if isinstance(parts[0], str):
+        return "".join(p for p in parts if isinstance(p, str))
+    return b"".join(p for p in parts if not isinstance(p, str))
+
+
+def _amount(size: int) -> str:
+    """A byte count as people say it: 64 MiB, 100 KiB, 1000 bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} bytes"
+
+
 def _not_http(first: bytes) -> NotWebSocket | None:
     """A peer whose first bytes are not an HTTP answer (an SSH server's banner, say)."""
     if not first or first.startswith(b"HTTP/"[:len(first)]):
@@ -102,22 +132,33 @@ def _not_http(first: bytes) -> NotWebSocket | None:
 class WebSocket:
     """Sends and receives whole messages; answers pings; `receive` returns None at the close."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, ws: WSConnection) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, ws: WSConnection,
+                 max_message: int = MAX_MESSAGE) -> None:
         self._stream = stream
         self._ws = ws
         self._send_lock = anyio.Lock()
+        self._max_message = max_message
+        # The message coming in: its pieces (the first `_joined` of them joins of others), its
+        # bytes as they were on the wire and its frames, so far.
         self._parts: list[str | bytes | bytearray] = []
+        self._joined = 0
+        self._size = 0
+        self._frames = 0
         self._closed = False
         # The server's close frame, once one came: (code, reason). None: none came (a drop).
         self.closed_by_server: tuple[int | None, str] | None = None
+        # Why we closed the connection on a message of the server's (over a bound), if we did.
+        self.too_big: str | None = None
 
     @classmethod
     async def connect(cls, url: str, *, token: str | None = None,
                       connect_timeout: float | None = None,
                       handshake_timeout: float | None = None,
-                      ca_file: str | os.PathLike[str] | None = None) -> WebSocket:
+                      ca_file: str | os.PathLike[str] | None = None,
+                      max_message: int = MAX_MESSAGE) -> WebSocket:
         """Open the connection (within ``connect_timeout`` seconds, TLS included) and upgrade
         it (within ``handshake_timeout``); a timeout raises `ConnectionError` saying which.
+        A message over ``max_message`` bytes closes the connection (see `too_big`).
 
         A ``wss://`` server's certificate is verified against the default trust store
         (``SSL_CERT_FILE`` names another), or against the certificates in ``ca_file`` alone."""
@@ -142,7 +183,7 @@ class WebSocket:
             authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             await stream.send(ws.send(Request(host=authority, target=target,
                                               extra_headers=headers)))
-            self = cls(stream, ws)
+            self = cls(stream, ws, max_message)
             with anyio.move_on_after(handshake_timeout) as upgrading:
                 await self._await_accept()
             if upgrading.cancelled_caught:
@@ -194,16 +235,17 @@ class WebSocket:
             await self._stream.send(out)
 
     async def receive(self) -> str | bytes | None:
-        """The next whole message; None once the connection is closed (cleanly or not)."""
+        """The next whole message; None once the connection is closed (cleanly or not, or by us
+        on a message over a bound: then `too_big` says why)."""
         while True:
             for event in self._ws.events():
                 if isinstance(event, (TextMessage, BytesMessage)):
-                    self._parts.append(event.data)
-                    if event.message_finished:
-                        parts, self._parts = self._parts, []
-                        if isinstance(parts[0], str):
-                            return "".join(p for p in parts if isinstance(p, str))
-                        return b"".join(p for p in parts if not isinstance(p, str))
+                    message = self._collect(event)
+                    if self.too_big is not None:
+                        await self._refuse_message()
+                        return None
+                    if message is not None:
+                        return message
                 elif isinstance(event, Ping):
                     if not await self._reply(event.response()):
                         return None
@@ -220,6 +262,45 @@ class WebSocket:
                     OSError):
                 return None
             self._ws.receive_data(data)
+
+    def _collect(self, event: TextMessage | BytesMessage) -> str | bytes | None:
+        """Add a piece of a message; the message once it is whole. Over a bound, `too_big` is
+        set and the pieces dropped."""
+        data = event.data
+        # Bytes as on the wire, where text is UTF-8 (`isascii` is free: only other text is
+        # encoded to be counted).
+        if isinstance(data, str) and not data.isascii():
+            self._size += len(data.encode())
+        else:
+            self._size += len(data)
+        self._frames += event.frame_finished
+        if self._size > self._max_message:
+            self.too_big = (f"the server sent a message over {_amount(self._max_message)}, the "
+                            "client's bound (max_message); the connection is closed (1009)")
+        elif self._frames > MAX_FRAGMENTS:
+            self.too_big = (f"the server sent a message in more than {MAX_FRAGMENTS} frames, the "
+                            "client's bound; the connection is closed (1009)")
+        if self.too_big is not None:
+            self._parts, self._joined = [], 0
+            return None
+        parts = self._parts
+        parts.append(data)
+        if len(parts) - self._joined > _LOOSE_PIECES:
+            parts[self._joined:] = [_join(parts[self._joined:])]
+            self._joined += 1
+        if not event.message_finished:
+            return None
+        message = _join(parts)
+        self._parts, self._joined, self._size, self._frames = [], 0, 0, 0
+        return message
+
+    async def _refuse_message(self) -> None:
+        """Close with 1009 on a message over a bound, and read nothing more of the server."""
+        if self._ws.state is ConnectionState.OPEN:
+            with anyio.move_on_after(1):  # a server that reads nothing does not hold us up
+                await self._reply(CloseConnection(code=CloseCode.MESSAGE_TOO_BIG,
+                                                  reason="message too big"))
+        self._closed = True
 
     async def _reply(self, event: Any) -> bool:
         """Send a control frame; False when the connection is already gone."""

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import attrs
 
 from execproto import Policy, SpawnSpec
-from execproto.policy import PathRule
+from execproto.policy import PathRule, PlantedLink
 
 from ._files._beneath import Scope, resolved_policy
 from ._processes import _bwrap, _posix
@@ -177,7 +177,10 @@ class LocalBackend:
         policy hides must then fail as if it were absent, or the error would tell whether it
         exists."""
         assert request.sandbox is not None
-        scope = Scope((), resolved_policy(request.sandbox, self.floor))
+        try:
+            scope = Scope((), resolved_policy(request.sandbox, self.floor))
+        except PlantedLink as exc:
+            raise Refused(f"{CANNOT_ENFORCE}: {exc}") from None
 
         def hidden(path: str) -> bool:
             return not scope.allows(os.path.realpath(path), "read")

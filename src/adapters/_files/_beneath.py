@@ -19,7 +19,9 @@ import stat
 from collections.abc import Sequence
 
 from execproto import INTERNAL_ERROR, INVALID_REQUEST, Policy, RpcError
-from execproto.policy import RANK, PathRule, denies
+from execproto.policy import RANK, denies, pinned
+
+from .._processes._posix import readlink
 
 MAX_LINKS = 40  # as the kernel: more symlinks than this on one path is a loop (ELOOP)
 RETRIES = 8  # resolutions of one path raced by a swap before the call gives up with ELOOP
@@ -152,11 +154,10 @@ def _beneath(path: str, top: str) -> bool:
 
 def resolved_policy(policy: Policy, floor: Policy | None) -> Policy:
     """The policy's rules at their real paths, narrowed by the operator's floor again, as the
-    process sandbox has them (`_bwrap`): a rule whose path is a symlink governs where it leads,
-    and a symlink planted in a writable root carries no write grant out of it."""
-    rules = [PathRule(path=os.path.realpath(rule.path), access=rule.access)
-             for rule in policy.rules]
-    return Policy.of(rules, policy.network, policy.deny_globs).narrow(floor)
+    process sandbox has them (`_bwrap`): a rule whose path is the operator's symlink governs
+    where it leads, and one a sandbox could have planted carries no grant out of the writable
+    places (`execproto.policy.pinned`; raises `PlantedLink` where a write grant would)."""
+    return pinned(policy, readlink, floor).narrow(floor)
 
 
 def _tree(directory: int, name: str) -> list[str]:

@@ -28,6 +28,7 @@ from execproto import (
     RpcError,
     uri_from_path,
 )
+from execproto.policy import PlantedLink
 
 from .._processes._posix import os_error_text
 from . import _envconfig, _skills
@@ -87,7 +88,10 @@ class Files:
 
     def scope(self, policy: Policy | None) -> Scope:
         """What a call with ``policy`` (the client's, narrowed by the floor) may touch."""
-        resolved = None if policy is None else resolved_policy(policy, self._floor)
+        try:
+            resolved = None if policy is None else resolved_policy(policy, self._floor)
+        except PlantedLink as exc:
+            raise _refused(str(exc)) from None
         return Scope(self._roots, resolved)
 
     def run(self, conn: int, request: FsRequest) -> tuple[Any, RpcError | None]:

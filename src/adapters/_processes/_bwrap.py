@@ -29,9 +29,10 @@ import sys
 from collections import Counter
 
 from execproto import Policy, SpawnSpec
-from execproto.policy import PathRule, deepest
+from execproto.policy import PathRule, PlantedLink, deepest, pinned
 
 from . import _glob, _seccomp, _stage
+from ._posix import readlink
 
 # The wrappers' whole environment: nothing a client chose.
 WRAPPER_ENV = (("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),)
@@ -177,22 +178,28 @@ class Sandbox:
     def _resolve(self, policy: Policy) -> Policy:
         """The rules at their real paths, the deny patterns expanded, narrowed by the floor
         again: a rule that resolved outside the operator's writable roots loses what the floor
-        does not grant there."""
-        rules = []
-        for rule in policy.rules:
-            real = os.path.realpath(rule.path)
-            if not os.path.lexists(real):
-                if rule.access == "write":
-                    continue  # nothing to bind: the parent's rule governs the place
-                self._missing.add(real)
-            rules.append(PathRule(path=real, access=rule.access))
+        does not grant there, and a symlink a sandbox could have planted carries no grant out
+        of the writable places (`execproto.policy.pinned`)."""
+        matched = []
         budget = _glob.Budget()
         for pattern in policy.deny_globs:
             try:
                 matches = _glob.expand(pattern, budget)
             except _glob.TooBroad as exc:
                 raise CannotEnforce(f"the deny pattern {pattern}: {exc}") from None
-            rules += [PathRule(path=os.path.realpath(m), access="none") for m in matches]
+            matched += [PathRule(path=match, access="none") for match in matches]
+        try:
+            real = pinned(Policy.of([*policy.rules, *matched], policy.network), readlink,
+                          self._floor)
+        except PlantedLink as exc:
+            raise CannotEnforce(str(exc)) from None
+        rules = []
+        for rule in real.rules:
+            if not os.path.lexists(rule.path):
+                if rule.access == "write":
+                    continue  # nothing to bind: the parent's rule governs the place
+                self._missing.add(rule.path)
+            rules.append(rule)
         return Policy.of(rules, policy.network).narrow(self._floor)
 
     def _mounts(self, policy: Policy) -> str:

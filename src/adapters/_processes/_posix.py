@@ -137,6 +137,15 @@ class Child:
         self.stdin = None
 
 
+def readlink(path: str) -> str | None:
+    """The target of the symlink at ``path``, None for anything else (missing included): how
+    the core's `pinned` reads the file system when it resolves a policy's rules."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
 def remove_empty_directory(path: str) -> None:
     """rmdir ``path`` if it is an empty directory, reached without following any symlink (a
     sandboxed command may have swapped a parent for a link to elsewhere); quietly otherwise."""

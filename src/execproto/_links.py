@@ -1,0 +1,96 @@
+"""A policy's rules taken to their real paths, trusting no symlink a sandbox could have planted.
+
+The core's rules are lexical; a sandbox is set up at real paths, so each rule's path is
+resolved through its symlinks first. A symlink that lies where a sandbox may write is the
+sandbox's word, not the operator's: one command replaces `/tmp/t` (its tmpdir, in a writable
+`/tmp`) with a link to `/etc`, and the next command's write rule for `/tmp/t` would follow it.
+So resolving tells the links apart:
+
+- a link whose directory no sandbox may write (`/lib -> usr/lib`, a workspace reached through
+  an operator's link) is followed as `realpath` would;
+- a link whose directory lies in a writable place is *planted*. The rule it leads is followed
+  only into the writable places, where it may take access away and never add any; elsewhere
+  it is dropped, since what lies there keeps its own rule. A planted link under a write rule
+  that leads out of the writable places fails the start: the grant cannot be given where the
+  client meant it, and giving it where the link points would be the escape.
+
+The writable places are the operator's writable roots (with a floor every process is
+sandboxed, so no other sandbox wrote anywhere else) and the request's own write rules, at
+their names and at their real paths. Without a floor a client may run commands unsandboxed,
+which can write anything anyway; a sandbox then is kept from what its own kind could plant.
+
+The resolving is pure: the adapter hands in `readlink`, which reads one path's link (None for
+anything that is not a link, missing included, as realpath treats a missing tail lexically).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Iterable, Sequence
+
+from ._policy import PathRule, Policy
+
+# The target of the symlink at a path with no symlink in it, or None where there is none.
+Readlink = Callable[[str], "str | None"]
+# Links followed for one path before it is given up as a loop (Linux's own bound).
+MAX_LINKS = 40
+
+
+class PlantedLink(Exception):
+    """A rule's path leads, through a link a sandbox could have planted, where its grant may
+    not go; or it cannot be resolved. The message is the one the stage gives for a path that
+    changed under it, with why."""
+
+
+def _beneath(path: str, tops: Iterable[str]) -> bool:
+    return any(top == "/" or path == top or path.startswith(top + "/") for top in tops)
+
+
+def follow(path: str, readlink: Readlink,
+           writable: Sequence[str] = ()) -> tuple[str, str | None]:
+    """``path`` resolved through every symlink, and the first link on the way that lies in one
+    of the ``writable`` places (None: no link did)."""
+    real, planted, links = "/", None, 0
+    todo = list(reversed(path.split("/")))
+    while todo:
+        name = todo.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            real = posixpath.dirname(real)
+            continue
+        here = posixpath.join(real, name)
+        target = readlink(here)
+        if target is None:
+            real = here
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            raise PlantedLink(f"{path}: too many levels of symbolic links")
+        if planted is None and _beneath(real, writable):
+            planted = here
+        if target.startswith("/"):
+            real = "/"
+        todo += reversed(target.split("/"))
+    return real, planted
+
+
+def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None) -> Policy:
+    """``policy``'s rules at their real paths, a planted link followed only as far as the
+    module's docstring says (raises `PlantedLink` where a write grant would leave). Not
+    narrowed by ``floor``: the caller does that, once it knows which paths exist."""
+    writable = [*(floor.writable_roots() if floor is not None else ()),
+                *policy.writable_roots()]
+    writable += [follow(top, readlink)[0] for top in policy.writable_roots()]
+    followed = [(rule, *follow(rule.path, readlink, writable)) for rule in policy.rules]
+    trusted = Policy.of([PathRule(path=real, access=rule.access)
+                         for rule, real, planted in followed if planted is None], policy.network)
+    rules = []
+    for rule, real, planted in followed:
+        if planted is not None and trusted.access(real) != "write":
+            if rule.access == "write":
+                raise PlantedLink(f"{rule.path} changed while the sandbox was set up: the "
+                                  f"symlink {planted} lies where a sandbox may write")
+            continue
+        rules.append(PathRule(path=real, access=rule.access))
+    return Policy.of(rules, policy.network, policy.deny_globs)

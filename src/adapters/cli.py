@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from execproto import Config
 
-from ._command import _logs
+from ._command import _logs, _secrets
 from ._command._errors import UsageError, leaves
 
 if TYPE_CHECKING:
@@ -329,9 +329,11 @@ def _serve(args: argparse.Namespace) -> int:
     except Exception as exc:  # anything the backend says about why it cannot start
         log.debug("the backend could not be made", exc_info=True)
         raise UsageError(str(exc)) from None
-    # What the server reads or writes for itself is nothing a sandbox may read.
-    secrets = tuple(os.path.realpath(path) for path in (args.auth_token_file, args.trace,
-                                                        args.tls_key) if path is not None)
+    # What the server reads or writes for itself is nothing a sandbox may read, before and
+    # after a rotation moves it (see _secrets).
+    secrets = _secrets.denied(
+        [path for path in (args.auth_token_file, args.trace, args.tls_key) if path is not None],
+        beside=[args.tls_cert] if args.tls_cert is not None else [])
     config = Config(
         floor=getattr(backend, "floor", None),
         secrets=secrets,
@@ -344,6 +346,7 @@ def _serve(args: argparse.Namespace) -> int:
         path_prepend=args.path_prepend,
     )
     _fit_descriptors(config)
+    denied_directories = _secrets.directories(secrets)
     bound = False
 
     def ready(address: str) -> None:
@@ -356,6 +359,9 @@ def _serve(args: argparse.Namespace) -> int:
         log.info("listening on %s%s", address, security,
                  extra={"fields": {"address": address, "tls": tls is not None}})
         log.info("sandbox: %s", sandbox)
+        if denied_directories:
+            log.info("denied to every sandbox and fs call, whole, as the secrets' own: %s",
+                     ", ".join(denied_directories))
         for warning in tls_warnings(where, address):
             log.warning("%s", warning)
 

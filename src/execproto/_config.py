@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
 from ._paths import uri_from_path
 from ._policy import Policy
+
+
+def _paths(paths: Iterable[str]) -> tuple[str, ...]:
+    return tuple(paths)
 
 
 @attrs.frozen(kw_only=True)
@@ -54,9 +59,12 @@ class Config:
     send_timeout: float = 60.0
     # The operator's sandbox, the floor every client request is narrowed by (None: none).
     floor: Policy | None = None
-    # The server's own files (its token file, its trace): denied in every sandbox, to its
-    # processes and to fs calls that carry one, whatever the policy grants.
-    secrets: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # a list from a trace
+    # The server's own files (its token file, its TLS key, its trace): denied in every sandbox,
+    # to its processes and to fs calls that carry one, whatever the policy grants. Each file as
+    # named and as resolved, and the directories that are the secrets' own; the adapter
+    # resolves each name again at every use, so the file a rotation put there is the one
+    # denied (docs/design.md, Sandboxes, rule 4).
+    secrets: tuple[str, ...] = attrs.field(default=(), converter=_paths)  # a list from a trace
     # The `sandboxType` a sandboxed process reports: the wire name of what enforces policies
     # here ("linuxSeccomp" for bubblewrap, which is what the client knows it by), or "none"
     # when nothing can, and then a request for a sandbox is refused.

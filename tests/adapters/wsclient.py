@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import ssl
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,10 +34,14 @@ class Closed(Exception):
 
 
 class Client:
-    def __init__(self, url: str, headers: list[tuple[str, str]] | None = None, timeout: float = 10):
+    def __init__(self, url: str, headers: list[tuple[str, str]] | None = None, timeout: float = 10,
+                 tls: ssl.SSLContext | None = None):
+        """``tls``: the client's context, for a ``wss://`` url."""
         parts = urlsplit(url)
         assert parts.hostname in ("127.0.0.1", "::1"), "tests talk to loopback only"
         self.sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=parts.hostname)
         self.ws = WSConnection(ConnectionType.CLIENT)
         extra = [(k.encode(), v.encode()) for k, v in (headers or [])]
         self.sock.sendall(self.ws.send(Request(host="127.0.0.1", target="/", extra_headers=extra)))

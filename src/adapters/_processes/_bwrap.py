@@ -22,6 +22,7 @@ test_sandbox.py and test_mount_race.py try to break each point):
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -39,16 +40,39 @@ WRAPPER_ENV = (("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),)
 
 
 def _interpreter() -> str:
-    """The server's own interpreter, or the system's where this user cannot run that one (a
-    server started as another user by `setpriv`, say): the stage needs only the standard
+    """The file of the server's own interpreter (what a venv's `python` leads to, so that no
+    `pyvenv.cfg` beside a link is read), or the system's where this user cannot run that one
+    (a server started as another user by `setpriv`, say): the stage needs only the standard
     library of any Python 3."""
-    if os.access(sys.executable, os.X_OK):
-        return sys.executable
-    return shutil.which("python3", path=WRAPPER_ENV[0][1]) or sys.executable
+    for candidate in (getattr(sys, "_base_executable", ""), sys.executable):
+        real = os.path.realpath(candidate) if candidate else ""
+        if real and os.access(real, os.X_OK):
+            return real
+    return os.path.realpath(shutil.which("python3", path=WRAPPER_ENV[0][1]) or sys.executable)
 
 
-# The stage runs isolated from the environment and from site packages.
-STAGE = (_interpreter(), "-I", "-S", _stage.__file__)
+class _Stage:
+    """How the stage is run, fixed when the server starts: the interpreter by a descriptor
+    opened then, and the stage's source as read then. The stage runs as the server, before
+    any namespace exists, so nothing a sandbox may write may decide what runs: with the
+    server in a workspace's `.venv`, a sandboxed `cat > .venv/bin/python` or an edit of
+    `_stage.py` would otherwise run outside at the next start. Isolated from the
+    environment and from site packages (`-I -S`)."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        with open(_stage.__file__, encoding="utf-8") as file:
+            self._source = file.read()
+
+    def argv(self, sandbox: Sandbox) -> list[str]:
+        """The stage's command, its interpreter a copy of the server's descriptor passed at
+        the same number (the stage closes it first, so nothing inside inherits it)."""
+        if self._fd is None:
+            self._fd = os.open(_interpreter(), os.O_PATH | os.O_CLOEXEC)
+        fd = fcntl.fcntl(self._fd, fcntl.F_DUPFD_CLOEXEC, 0)  # the spawn passes it on
+        sandbox.fds.append(fd)
+        return [f"/proc/self/fd/{fd}", "-I", "-S", "-c", self._source, str(fd)]
+
 
 # bubblewrap's own root when the stage is not needed, by the root's access (none: its tmpfs).
 DIRECT_ROOT = {"read": ("--ro-bind", "/", "/"), "write": ("--bind", "/", "/"), "none": ()}
@@ -156,7 +180,8 @@ class Sandbox:
             if staged:
                 head = (root, "1" if os.geteuid() != 0 else "", pasta)
                 plan = [*head, *(field for op in self._ops for field in op)]
-                argv = [*STAGE, str(self._memfd(b"\0".join(map(os.fsencode, plan)))), *argv]
+                plan_fd = self._memfd(b"\0".join(map(os.fsencode, plan)))
+                argv = [*STAGE.argv(self), str(plan_fd), *argv]
         except BaseException:
             self.close()
             raise
@@ -269,3 +294,6 @@ class Sandbox:
             view = view[os.write(fd, view):]
         os.lseek(fd, 0, os.SEEK_SET)
         return fd
+
+
+STAGE = _Stage()

@@ -1,9 +1,12 @@
 """The sandbox's file system, built by descriptor before bubblewrap runs.
 
-Run as ``python -I -S _stage.py PLAN_FD BWRAP ARGS...``: it reads the plan (JSON, from a
-memfd the server wrote), builds the sandbox's root in a private mount namespace of its own,
-joins a fresh session keyring, and execs bubblewrap, which takes that root whole
-(``--bind STAGED /``) and adds only its own ``/dev`` and ``/proc``.
+Run as ``/proc/self/fd/PYTHON_FD -I -S -c SOURCE PYTHON_FD PLAN_FD BWRAP ARGS...`` (the
+server's interpreter by the descriptor it opened at its start, this file's source as read
+then, so that nothing a sandbox may write since decides what runs here): it closes
+PYTHON_FD, reads the plan (from a memfd the server wrote), builds the sandbox's root in a
+private mount namespace of its own, joins a fresh session keyring, and execs bubblewrap,
+which takes that root whole (``--bind STAGED /``) and adds only its own ``/dev`` and
+``/proc``.
 
 Why not let bubblewrap make the mounts: it finds each mount point by path, creating a missing
 one with ``creat`` (O_TRUNC, following symlinks) or ``mkdir``, while the host's root is still
@@ -358,7 +361,8 @@ def build(plan: list[str]) -> None:
 
 
 def main() -> None:
-    plan_fd, command = int(sys.argv[1]), sys.argv[2:]
+    interpreter_fd, plan_fd, command = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+    os.close(interpreter_fd)  # what it was run from: no sandbox may inherit it
     with os.fdopen(plan_fd, "rb") as file:
         plan = [os.fsdecode(field) for field in file.read().split(b"\0")]
     try:

@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from execproto import Config
 
-from ._command import _logs, _secrets
+from ._command import _logs, _own_files, _secrets
 from ._command._errors import UsageError, leaves
 
 if TYPE_CHECKING:
@@ -322,6 +322,7 @@ def _seconds(text: str) -> float:
 
 def _serve(args: argparse.Namespace) -> int:
     where, token, tls = _check_serve(args)
+    _own_files.forget_cwd()
     try:
         backend = _backend(args)
     except UsageError:
@@ -329,6 +330,13 @@ def _serve(args: argparse.Namespace) -> int:
     except Exception as exc:  # anything the backend says about why it cannot start
         log.debug("the backend could not be made", exc_info=True)
         raise UsageError(str(exc)) from None
+    # What the server runs is nothing a sandbox may write (see _own_files).
+    protected = _own_files.protected([*args.path_prepend, *_backend_files(args),
+                                      *([args.tls_cert] if args.tls_cert else [])])
+    for root in args.writable_root:
+        if (overlap := _own_files.overlap(root, protected)) is not None:
+            raise UsageError(f"--writable-root {root} overlaps {overlap}, which the server "
+                             "runs or loads: no sandbox may write it")
     # What the server reads or writes for itself is nothing a sandbox may read, before and
     # after a rotation moves it (see _secrets).
     secrets = _secrets.denied(
@@ -337,6 +345,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = Config(
         floor=getattr(backend, "floor", None),
         secrets=secrets,
+        protected=protected,
         session_ttl=args.session_ttl,
         retention_bytes=args.retention_bytes,
         kill_grace=args.kill_grace,
@@ -465,6 +474,15 @@ def _backend(args: argparse.Namespace) -> Backend | None:
     else:
         backend = backends.LocalBackend(host_network=args.host_network)
     return backend
+
+
+def _backend_files(args: argparse.Namespace) -> list[str]:
+    """The file of a `--backend` module (loaded by now), to be held read-only."""
+    if not args.backend:
+        return []
+    module = sys.modules.get(args.backend.partition(":")[0])
+    found = getattr(module, "__file__", None)
+    return [found] if isinstance(found, str) else []
 
 
 def _sandbox_report(args: argparse.Namespace, backend: Backend | None) -> str:

@@ -65,6 +65,10 @@ class Config:
     # resolves each name again at every use, so the file a rotation put there is the one
     # denied (docs/design.md, Sandboxes, rule 4).
     secrets: tuple[str, ...] = attrs.field(default=(), converter=_paths)  # a list from a trace
+    # What the server runs or loads (its interpreter and environment, its code, the wrappers,
+    # `--path-prepend`, a `--backend` module): read-only in every sandbox, whatever the policy
+    # grants, so that nothing a sandbox writes runs outside it later.
+    protected: tuple[str, ...] = attrs.field(default=(), converter=_paths)
     # The `sandboxType` a sandboxed process reports: the wire name of what enforces policies
     # here ("linuxSeccomp" for bubblewrap, which is what the client knows it by), or "none"
     # when nothing can, and then a request for a sandbox is refused.

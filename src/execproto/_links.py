@@ -14,6 +14,8 @@ So resolving tells the links apart:
   that leads out of the writable places fails the start: the grant cannot be given where the
   client meant it, and giving it where the link points would be the escape.
 
+A cap (the server's secrets, its own files) holds at its name and at its real path.
+
 The writable places are the operator's writable roots (with a floor every process is
 sandboxed, so no other sandbox wrote anywhere else) and the request's own write rules, at
 their names and at their real paths. Without a floor a client may run commands unsandboxed,
@@ -83,8 +85,10 @@ def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None) -> P
                 *policy.writable_roots()]
     writable += [follow(top, readlink)[0] for top in policy.writable_roots()]
     followed = [(rule, *follow(rule.path, readlink, writable)) for rule in policy.rules]
+    caps = [*policy.caps, *_followed_caps(policy.caps, readlink)]
     trusted = Policy.of([PathRule(path=real, access=rule.access)
-                         for rule, real, planted in followed if planted is None], policy.network)
+                         for rule, real, planted in followed if planted is None], policy.network,
+                        caps=caps)
     rules = []
     for rule, real, planted in followed:
         if planted is not None and trusted.access(real) != "write":
@@ -93,4 +97,15 @@ def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None) -> P
                                   f"symlink {planted} lies where a sandbox may write")
             continue
         rules.append(PathRule(path=real, access=rule.access))
-    return Policy.of(rules, policy.network, policy.deny_globs)
+    return Policy.of(rules, policy.network, policy.deny_globs, caps=caps)
+
+
+def _followed_caps(caps: Iterable[PathRule], readlink: Readlink) -> list[PathRule]:
+    """Each cap at its real path too (it holds both: a cap only takes access away)."""
+    found = []
+    for cap in caps:
+        try:
+            found.append(PathRule(path=follow(cap.path, readlink)[0], access=cap.access))
+        except PlantedLink:
+            pass  # a loop: nothing lies there to hold, and the name itself is held
+    return found

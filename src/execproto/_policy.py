@@ -59,21 +59,38 @@ class Policy:
     # Shell patterns (absolute) of paths denied as well: they name no fixed path, so the
     # adapter expands them when it sets the sandbox up, and what they match is denied.
     deny_globs: tuple[str, ...] = ()
+    # The most each path and everything beneath it may have, whatever a deeper rule says: the
+    # server's secrets (none) and its own files (read). Folded into ``rules`` by `of`, and
+    # kept so that rules taken to other paths (a symlink's target) are held to them again.
+    caps: tuple[PathRule, ...] = ()
 
     @classmethod
     def of(
-        cls, rules: Iterable[PathRule], network: bool, deny_globs: Iterable[str] = ()
+        cls, rules: Iterable[PathRule], network: bool, deny_globs: Iterable[str] = (),
+        caps: Iterable[PathRule] = (),
     ) -> Policy:
         """A policy from rules in any order; of two rules for one path the lesser wins, and
-        every path not beneath a rule is denied (an explicit `/` none rule is added)."""
+        every path not beneath a rule is denied (an explicit `/` none rule is added). Each of
+        ``caps`` holds its path and everything beneath it to at most its access."""
         by_path: dict[str, PathRule] = {}
+        capped: dict[str, PathRule] = {}
+        for cap in caps:
+            cap = attrs.evolve(cap, path=normalize(cap.path))
+            if cap.path not in capped or _weaker(cap, capped[cap.path]):
+                capped[cap.path] = cap
         for rule in rules:
             rule = attrs.evolve(rule, path=normalize(rule.path))
             old = by_path.get(rule.path)
             if old is None or _weaker(rule, old):
                 by_path[rule.path] = rule
         by_path.setdefault("/", PathRule(path="/", access="none"))
-        return cls(rules=_sorted(by_path.values()), network=network, deny_globs=tuple(deny_globs))
+        if capped:
+            index = dict(by_path)
+            for path in capped:  # the cap's path gets what was there, held to it
+                by_path.setdefault(path, attrs.evolve(deepest(index, path), path=path))
+            by_path = {path: _held(rule, capped) for path, rule in by_path.items()}
+        return cls(rules=_sorted(by_path.values()), network=network, deny_globs=tuple(deny_globs),
+                   caps=_sorted(capped.values()))
 
     def rule_for(self, path: str) -> PathRule:
         """The deepest rule that governs ``path`` (a normalized absolute path)."""
@@ -103,18 +120,37 @@ class Policy:
             access = min(mine.access, theirs.access, key=RANK.__getitem__)
             rules.append(PathRule(path=path, access=access))
         globs = self.deny_globs + tuple(g for g in other.deny_globs if g not in self.deny_globs)
-        return Policy(rules=_sorted(rules), network=self.network and other.network,
-                      deny_globs=globs)
+        return Policy.of(rules, self.network and other.network, globs,
+                         caps=self.caps + other.caps)
 
     def hiding(self, paths: Iterable[str]) -> Policy:
-        """This policy with each of ``paths`` denied (files: nothing lies beneath them)."""
-        hidden = [PathRule(path=path, access="none") for path in paths]
-        if not hidden:
+        """This policy with each of ``paths`` and everything beneath it denied, whatever a
+        deeper rule grants (the server's secrets)."""
+        return self.capped(paths, "none")
+
+    def capped(self, paths: Iterable[str], access: str) -> Policy:
+        """This policy with each of ``paths`` and everything beneath it held to ``access``."""
+        caps = [PathRule(path=path, access=access) for path in paths]
+        if not caps:
             return self
-        return Policy.of([*self.rules, *hidden], self.network, self.deny_globs)
+        return Policy.of(self.rules, self.network, self.deny_globs, caps=[*self.caps, *caps])
 
     def writable_roots(self) -> tuple[str, ...]:
         return tuple(rule.path for rule in self.rules if rule.access == "write")
+
+
+def _held(rule: PathRule, caps: dict[str, PathRule]) -> PathRule:
+    """``rule`` held to every cap at or above its path."""
+    path, access = rule.path, rule.access
+    while True:
+        cap = caps.get(path)
+        if cap is not None and RANK[cap.access] < RANK[access]:
+            access = cap.access
+        parent = posixpath.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return rule if access == rule.access else attrs.evolve(rule, access=access)
 
 
 def deepest(index: dict[str, PathRule], path: str) -> PathRule:
@@ -128,10 +164,13 @@ def deepest(index: dict[str, PathRule], path: str) -> PathRule:
     return index[path]
 
 
-def narrow(floor: Policy | None, request: Policy | None,
-           secrets: Iterable[str] = ()) -> Policy | None:
+def narrow(floor: Policy | None, request: Policy | None, secrets: Iterable[str] = (),
+           protected: Iterable[str] = ()) -> Policy | None:
     """The policy that applies when the operator's ``floor`` meets a client's ``request``
     (``None`` on either side: that side restricts nothing), with the server's ``secrets``
-    denied in it."""
+    denied in it and its ``protected`` files (what it runs) read-only, each with everything
+    beneath it."""
     effective = request if floor is None else floor.narrow(request)
-    return None if effective is None else effective.hiding(secrets)
+    if effective is None:
+        return None
+    return effective.hiding(secrets).capped(protected, "read")

@@ -133,7 +133,7 @@ class ProcessHandlers(CoreState):
         enforce the result (fail closed: the process does not run unconfined)."""
         cwd = p.sandbox.cwd if p.sandbox is not None and p.sandbox.cwd is not None else p.cwd
         asked = _sandbox.policy(p.sandbox, cwd, env.get("TMPDIR"))
-        policy = narrow(self.config.floor, asked, self.config.secrets)
+        policy = narrow(self.config.floor, asked, self.config.secrets, self.config.protected)
         if policy is not None and self.config.sandbox_type == "none":
             raise invalid_params(_sandbox.CANNOT_ENFORCE)
         return policy

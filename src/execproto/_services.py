@@ -195,7 +195,8 @@ class ServiceHandlers(CoreState):
                 "file system sandbox context with dynamic permissions requires cwd")
         cwd = asked.cwd if asked is not None else None
         asked_policy = _sandbox.policy(asked, cwd, self.host.env.get("TMPDIR"))
-        policy = narrow(self.config.floor, asked_policy, self.config.secrets)
+        policy = narrow(self.config.floor, asked_policy, self.config.secrets,
+                        self.config.protected)
         request = attrs.evolve(request, sandbox=policy)
         handle_id = request.params.get("handleId")
         if request.method == "fs/walk":

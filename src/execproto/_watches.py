@@ -52,7 +52,8 @@ class WatchHandlers(ServiceHandlers):
         c.ops.add(op)
         self._emit(WatchMissing(op=op, watch=watch, missing=params["missing"],
                                 present=params["present"],
-                                sandbox=narrow(self.config.floor, None, self.config.secrets)))
+                                sandbox=narrow(self.config.floor, None, self.config.secrets,
+                                               self.config.protected)))
 
     def _on_missing_changed(self, event: MissingChanged) -> None:
         if not 0 < event.watch < self._next_watch:

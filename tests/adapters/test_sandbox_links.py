@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import ADAPTERS, Server, uri
-from .sandboxes import needs_bwrap, path_entry, profile, run, workspace_write
+from .sandboxes import Ran, needs_bwrap, path_entry, profile, run, workspace_write
 from .wsclient import Client
 
 pytestmark = needs_bwrap
@@ -68,8 +68,8 @@ def floored(base: Path) -> Iterator[tuple[Client, Path]]:
     assert "Traceback" not in log, log
 
 
-def _refused(ran: object, path: Path) -> None:
-    reply = getattr(ran, "reply")
+def _refused(ran: Ran, path: Path) -> None:
+    reply = ran.reply
     assert reply.get("error", {}).get("code") == -32602, ran
     assert f"{path} {CHANGED}" in reply["error"]["message"], ran
 

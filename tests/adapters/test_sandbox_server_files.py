@@ -2,15 +2,18 @@
 
 The server runs from an environment laid out as a wheel in a venv would be, placed where
 Codex's workspace-write profile lets a sandboxed command write (under /tmp, as a `.venv` in
-the workspace would be). A first command replaces the interpreter, or edits the stage's
-source; then a second sandboxed command starts. Either would run as the server, before any
-namespace exists: the test checks the host for what it would have left.
+the workspace would be). What the server runs is read-only in every sandbox, whatever the
+profile grants; and, should a file it runs change all the same, the stage still runs from
+what the server opened at its start: the interpreter replaced, or the stage's source edited,
+would run as the server before any namespace exists, so the test checks the host for what
+either would have left.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -19,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Server
-from .sandboxes import needs_bwrap, run, workspace_write
+from .conftest import Server, uri
+from .sandboxes import needs_bwrap, profile, run, workspace_write
 from .wsclient import Client
 
 pytestmark = needs_bwrap
@@ -68,14 +71,58 @@ def _workspace(outside: Path, name: str) -> Path:
     return path
 
 
+def test_what_the_server_runs_is_read_only_in_every_sandbox(
+        installed: tuple[Client, Path, Path]) -> None:
+    client, venv, outside = installed
+    stage = next(venv.rglob("_processes/_stage.py"))
+    before = stage.read_bytes()
+    root_write = [{"path": {"type": "special", "value": {"kind": "root"}}, "access": "write"}]
+    for sandbox in (workspace_write(str(_workspace(outside, "ws-read-only"))),
+                    profile(str(outside), root_write)):
+        ran = run(client, f"echo x >> {stage}; rm -f {venv}/bin/python; "
+                  f"touch {venv}/planted.pth", sandbox)
+        assert ran.exit_code != 0, ran
+        wrote = client.call("fs/writeFile", {"path": uri(stage), "dataBase64": "eA==",
+                                             "sandbox": sandbox})
+        assert "error" in wrote, wrote
+    assert stage.read_bytes() == before
+    assert (venv / "bin" / "python").is_symlink() and not (venv / "planted.pth").exists()
+
+
+def test_a_writable_root_over_what_the_server_runs_is_refused(
+        installed: tuple[Client, Path, Path]) -> None:
+    _, venv, _ = installed
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "execproto.adapters", "serve",
+                           "--listen", "ws://127.0.0.1:0", "--sandbox", "bwrap",
+                           "--writable-root", str(venv)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert f"--writable-root {venv} overlaps {venv}" in done.stderr, done.stderr
+
+
+def test_path_prepend_is_read_only_in_every_sandbox(tmp_path: Path) -> None:
+    prepended = Path(tempfile.mkdtemp(prefix="execproto-prepend-", dir="/tmp"))
+    server = Server("asyncio", "--path-prepend", str(prepended))
+    try:
+        ran = run(server.client(), f"echo 'echo planted' > {prepended}/ls",
+                  workspace_write(str(tmp_path)))
+        assert ran.exit_code != 0 and not (prepended / "ls").exists(), ran
+    finally:
+        server.stop()
+        shutil.rmtree(prepended, ignore_errors=True)
+
+
 def test_a_replaced_interpreter_never_runs_outside(installed: tuple[Client, Path, Path]) -> None:
     client, venv, outside = installed
     python, mark = venv / "bin" / "python", outside / "interpreter-ran"
     real = os.path.realpath(sys.executable)
     script = f'#!/bin/sh\ntouch {mark}\nexec {real} "$@"\n'
+    # Planted from outside: every sandbox now finds it read-only (the test above), and this
+    # holds even where that did not (a file the server runs that no list foresaw).
+    python.unlink()
+    python.write_text(script)
+    python.chmod(0o755)
     sandbox = workspace_write(str(_workspace(outside, "ws-interpreter")))
-    run(client, f"rm -f {python} && printf '%s' '{script}' > {python} && chmod +x {python}",
-        sandbox)
     ran = run(client, "echo started", sandbox)
     assert ran.stdout == "started\n", ran
     assert not mark.exists(), "a sandbox's interpreter ran outside it"
@@ -86,10 +133,10 @@ def test_an_edited_stage_never_runs_outside(installed: tuple[Client, Path, Path]
     stage = next(venv.rglob("_processes/_stage.py"))
     mark = outside / "stage-ran"
     line = f"open({str(mark)!r}, 'w').close()"
+    # Before main(), which execs bubblewrap: what follows it would never run. Planted from
+    # outside, as above.
+    stage.write_text(stage.read_text().replace("\ndef main()", f"\n{line}\ndef main()"))
     sandbox = workspace_write(str(_workspace(outside, "ws-stage")))
-    # Before main(), which execs bubblewrap: what follows it would never run.
-    edit = run(client, f'sed -i "s|^def main()|{line}\\ndef main()|" {stage}', sandbox)
-    assert line in stage.read_text(), edit
     ran = run(client, "echo started", sandbox)
     assert ran.stdout == "started\n", ran
     assert not mark.exists(), "a sandbox's edit of the stage ran outside it"

@@ -100,3 +100,30 @@ def test_the_servers_secrets_are_denied_in_every_effective_policy() -> None:
     # No sandbox at all stays none: an unsandboxed process is not confined by secrets.
     assert narrow(None, None, secrets) is None
     assert narrow(None, asked, ()) is asked
+
+
+def test_a_deeper_grant_reopens_nothing_of_a_secret_or_a_protected_place() -> None:
+    # A client (or the floor) granting inside the secrets' directory, or write inside what
+    # the server runs, gets neither: a cap holds everything beneath its path.
+    asked = policy(**{"/": "write", "/secrets/..data": "read", "/venv/bin": "write"})
+    for floor in (None, policy(**{"/": "read", "/secrets/..data/token": "read"})):
+        effective = narrow(floor, asked, ["/secrets"], ["/venv"])
+        assert effective is not None
+        for path in ("/secrets", "/secrets/..data", "/secrets/..data/token"):
+            assert effective.access(path) == "none", (floor, path)
+        assert effective.access("/venv/bin/python") == "read"
+        assert effective.access("/w") == ("write" if floor is None else "read")
+        # The caps survive a further narrowing, as the adapter's by the floor again.
+        again = effective.narrow(policy(**{"/": "write", "/secrets/x": "write"}))
+        assert again.access("/secrets/x") == "none" and again.access("/venv/y") == "read"
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(_policies, _policies, st.lists(_paths, max_size=2), _paths)
+def test_a_cap_holds_at_and_beneath_its_path(a: Policy, b: Policy, caps: list[str],
+                                             path: str) -> None:
+    capped = a.capped(caps, "read").narrow(b)
+    expected = a.narrow(b).access(path)
+    if any(path == cap or path.startswith(cap.rstrip("/") + "/") for cap in caps):
+        expected = min(expected, "read", key=RANK.__getitem__)
+    assert capped.access(path) == expected

@@ -214,8 +214,8 @@ class Sandbox:
                 raise CannotEnforce(f"the deny pattern {pattern}: {exc}") from None
             matched += [PathRule(path=match, access="none") for match in matches]
         try:
-            real = pinned(Policy.of([*policy.rules, *matched], policy.network), readlink,
-                          self._floor)
+            real = pinned(Policy.of([*policy.rules, *matched], policy.network,
+                                    caps=policy.caps), readlink, self._floor)
         except PlantedLink as exc:
             raise CannotEnforce(str(exc)) from None
         rules = []
@@ -225,7 +225,7 @@ class Sandbox:
                     continue  # nothing to bind: the parent's rule governs the place
                 self._missing.add(rule.path)
             rules.append(rule)
-        return Policy.of(rules, policy.network).narrow(self._floor)
+        return Policy.of(rules, policy.network, caps=real.caps).narrow(self._floor)
 
     def _mounts(self, policy: Policy) -> str:
         """The stage's operations for ``policy``; returns the root's access."""

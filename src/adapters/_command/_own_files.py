@@ -1,0 +1,68 @@
+"""What the server runs or loads, read-only to every sandbox (`Config.protected`).
+
+The server runs code after it starts, as itself and outside every sandbox: the stage and
+the wrappers at each sandboxed start, modules it imports late (the TLS layer, libseccomp's
+binding), a `--backend` module, and the programs in `--path-prepend` that unsandboxed
+processes find first. A sandbox allowed to write any of them would run its code outside at
+the next use, so each is held read-only in every sandbox, at its name and at its real path
+(`Policy.capped`), whatever a request grants; an operator's `--writable-root` that overlaps
+one is refused at start.
+
+Held: the interpreter's file and its installation (`sys.base_prefix`), the environment it
+runs in (`sys.prefix`: a venv), every directory on `sys.path` (the installed packages, an
+editable install's sources), execproto's own code, the wrappers (setpriv, bubblewrap,
+pasta), `--path-prepend`, a `--backend` module and the TLS certificate. Not `python -m`'s
+current directory: a server started in a workspace would make the workspace read-only, so
+`serve` takes it off `sys.path` instead (`forget_cwd`), and nothing is imported from there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterable
+
+WRAPPERS = ("setpriv", "bwrap", "pasta")
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def forget_cwd() -> None:
+    """Take the current directory off `sys.path` (`python -m` puts it first): a module
+    planted there would be imported by a late import. A `--backend` module next to the
+    operator is found all the same (it is appended for that load only, see cli)."""
+    here = os.getcwd()
+    sys.path[:] = [entry for entry in sys.path if entry not in ("", here)]
+
+
+def protected(extra: Iterable[str] = ()) -> tuple[str, ...]:
+    """The paths to hold read-only: those the module's docstring lists, and ``extra``
+    (`--path-prepend`, the certificate, a backend module's file), each as named and real."""
+    import execproto
+
+    adapters = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.getcwd()
+    named = [sys.executable, getattr(sys, "_base_executable", sys.executable),
+             sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             *(entry for entry in sys.path if entry and entry != here),
+             os.path.dirname(execproto.__file__), adapters,
+             *(shutil.which(name, path=SYSTEM_PATH) or "" for name in WRAPPERS),
+             *extra]
+    held: dict[str, None] = {}  # a set, in the order met
+    for path in named:
+        if path and os.path.lexists(path):
+            held[os.path.abspath(path)] = held[os.path.realpath(path)] = None
+    return tuple(held)
+
+
+def overlap(root: str, paths: Iterable[str]) -> str | None:
+    """The first of ``paths`` that ``root`` contains or lies in, or None."""
+    real = os.path.realpath(root)
+    for path in paths:
+        if _beneath(path, real) or _beneath(real, path):
+            return path
+    return None
+
+
+def _beneath(path: str, top: str) -> bool:
+    return top == "/" or path == top or path.startswith(top + "/")

@@ -84,7 +84,14 @@ def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None) -> P
     writable = [*(floor.writable_roots() if floor is not None else ()),
                 *policy.writable_roots()]
     writable += [follow(top, readlink)[0] for top in policy.writable_roots()]
-    followed = [(rule, *follow(rule.path, readlink, writable)) for rule in policy.rules]
+    followed = []
+    for rule in policy.rules:
+        try:
+            followed.append((rule, *follow(rule.path, readlink, writable)))
+        except PlantedLink:
+            if rule.access == "write":
+                raise
+            # A loop: nothing lies there to show or to hide, and a grant cannot go there.
     caps = [*policy.caps, *_followed_caps(policy.caps, readlink)]
     trusted = Policy.of([PathRule(path=real, access=rule.access)
                          for rule, real, planted in followed if planted is None], policy.network,

@@ -161,3 +161,15 @@ def test_planted_links_take_access_away_and_never_add_any(
         except PlantedLink:
             continue  # through a loop: nothing lies there
         assert RANK[attacked.access(probe)] <= RANK[clean.access(probe)], (probe, attacked, clean)
+
+
+def test_a_cap_holds_at_its_name_and_where_it_leads() -> None:
+    # The server's secret named through a link, and one whose name a sandbox made a loop.
+    asked = Policy.of([PathRule(path="/", access="write")], False)
+    capped = asked.capped(["/run/secrets/token", "/w/loop"], "none")
+    links = {"/run/secrets/token": "..data/token", "/run/secrets/..data": "..2026",
+             "/w/loop": "/w/loop"}
+    real = pinned(capped, links.get)
+    for path in ("/run/secrets/token", "/run/secrets/..2026/token", "/w/loop"):
+        assert real.access(path) == "none", path
+    assert real.access("/run/secrets/..2026/other") == "write"

@@ -220,12 +220,15 @@ class Sandbox:
             raise CannotEnforce(str(exc)) from None
         rules = []
         for rule in real.rules:
+            if os.path.realpath(rule.path) != rule.path:
+                continue  # a cap's name through a link (it holds where that leads too)
             if not os.path.lexists(rule.path):
                 if rule.access == "write":
                     continue  # nothing to bind: the parent's rule governs the place
                 self._missing.add(rule.path)
             rules.append(rule)
-        return Policy.of(rules, policy.network, caps=real.caps).narrow(self._floor)
+        caps = [cap for cap in real.caps if os.path.realpath(cap.path) == cap.path]
+        return Policy.of(rules, policy.network, caps=caps).narrow(self._floor)
 
     def _mounts(self, policy: Policy) -> str:
         """The stage's operations for ``policy``; returns the root's access."""

@@ -23,6 +23,7 @@ from execproto import INTERNAL_ERROR, RpcError, uri_from_path
 
 from . import _toml
 from ._beneath import Scope
+from ._opening import NotAFile, open_checked
 
 SYSTEM_DIR = "/etc/codex"
 
@@ -33,14 +34,12 @@ def codex_home() -> str:
 
 def _load(path: str, scope: Scope) -> dict[str, Any] | None:
     try:
-        fd, _ = scope.open(path, os.O_RDONLY | os.O_NONBLOCK, "read")
-    except (FileNotFoundError, NotADirectoryError, RpcError):
+        fd, _ = open_checked(scope, path, os.O_RDONLY, "read")
+    except (FileNotFoundError, NotADirectoryError, RpcError, NotAFile):
         return None
     try:
         with open(fd, "rb") as file:
             return tomllib.load(file)
-    except IsADirectoryError:
-        return None
     except tomllib.TOMLDecodeError as exc:
         raise RpcError(INTERNAL_ERROR, f"failed to parse {path}: {exc}") from None
 

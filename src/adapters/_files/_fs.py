@@ -34,6 +34,7 @@ from .._processes._posix import os_error_text
 from . import _envconfig, _skills
 from ._beneath import Scope, resolved_policy
 from ._copy import copy_file, copy_tree
+from ._opening import NotAFile, open_checked
 from ._walk import Abandoned, walk
 
 MAX_READ_FILE = 64 << 20  # fs/readFile answers in one message; bigger files go by fs/open
@@ -248,7 +249,11 @@ class Files:
 
     def _copy(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
         source, destination = p["source"], p["destination"]
-        fd, real = scope.open(source, os.O_RDONLY | os.O_NONBLOCK, "read", deep=p["recursive"])
+        try:
+            fd, real = open_checked(scope, source, os.O_RDONLY, "read", deep=p["recursive"],
+                                    kinds=(stat.S_IFREG, stat.S_IFDIR))
+        except NotAFile:
+            raise _refused(f"path `{source}` is not a file or a directory") from None
         try:
             info = os.fstat(fd)
             if stat.S_ISDIR(info.st_mode) and not p["recursive"]:
@@ -319,13 +324,11 @@ class Files:
 
 
 def _open_regular(scope: Scope, path: str, flags: int, need: str) -> int:
-    # Non-blocking, so a FIFO is refused at once instead of waiting for its other end.
-    fd, _ = scope.open(path, flags | os.O_NONBLOCK, need)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise _refused(f"path `{path}` is not a file")
-    os.set_blocking(fd, True)
-    return fd
+    """A regular file opened (a device or FIFO is refused before it is opened: `_opening`)."""
+    try:
+        return open_checked(scope, path, flags, need)[0]
+    except NotAFile:
+        raise _refused(f"path `{path}` is not a file") from None
 
 
 def display_name(name: str) -> str:

@@ -10,7 +10,6 @@ left out).
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from execproto import RpcError, uri_from_path
 from .._processes._posix import os_error_text
 from ._beneath import Scope
 from ._envconfig import codex_home
+from ._opening import NotAFile, open_checked
 
 SKILL_FILE = "SKILL.md"
 MAX_DEPTH = 8  # how deep below a root a SKILL.md is looked for: a bound on the work per root
@@ -29,10 +29,11 @@ _ANYWHERE = Scope()  # no roots, no policy
 
 
 def _read(path: str, scope: Scope = _ANYWHERE) -> str:
-    fd, _ = scope.open(path, os.O_RDONLY | os.O_NONBLOCK, "read")
+    try:
+        fd, _ = open_checked(scope, path, os.O_RDONLY, "read")
+    except NotAFile:
+        raise OSError(0, "not a file") from None
     with open(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a file")
         return file.read(MAX_SKILL_BYTES).decode("utf-8", "replace")
 
 

@@ -220,8 +220,8 @@ def _parser(exec_options: bool = True) -> _Parser:
                        help="record every step of the server's core to this new file, for "
                             "execproto replay")
     serve.add_argument("--trace-redact", action="store_true",
-                       help="with --trace: write process output, stdin and the server's secret "
-                            "variables (*KEY*, *SECRET*, *TOKEN*) as same-length filler")
+                       help="with --trace: write process output, stdin and environment values "
+                            "(but PATH and TMPDIR) as same-length filler")
     add_logging(serve, "INFO")
 
     if exec_options:

@@ -1,4 +1,4 @@
-"""Redaction for traces: process output and stdin become filler of the same length.
+"""Redaction for traces: process output, stdin and environment values become filler.
 
 A redacted trace still replays: the core never looks inside the bytes it forwards, so the same
 events with filler in place of the payloads give the same actions with filler in them. Every
@@ -6,12 +6,14 @@ place a payload appears is rewritten the same way: ``OutputReceived.data`` and
 ``WriteStdin.data`` directly, and inside JSON frames every ``"chunk"`` string (output
 notifications, read results, ``process/write`` params) that is valid base64.
 
-The trace's header carries the server's environment, which a process with an env policy may
-inherit: the values of names like ``*KEY*``, ``*SECRET*`` and ``*TOKEN*`` (the default
-excludes), ``*PASS*`` (``*PASSWORD*`` with it) and ``*CREDENTIAL*``, and any value holding a
-URL's credentials (``postgres://user:pw@host``), are filler too, and so are those values
-wherever a `Spawn` inherited them. Replay feeds the filler environment to the fresh core,
-which then spawns with the same filler: the core copies values and never looks inside them.
+Environment values are filler too, whatever their names (a name cannot tell a secret:
+``GITHUB_PAT``, ``AWS_SESSION``, a Sentry DSN): the server's in the trace's header, the client's
+in a ``process/start`` frame (``env`` and the env policy's ``set``), and every value of a
+`Spawn`'s environment. Only ``PATH`` and ``TMPDIR`` stay: the core reads them (a prepended
+PATH, the sandbox's tmpdir), so filler there would replay to other actions, and they name
+places, not secrets. A spawn's environment is the one action whose values the core composes
+(PATH, an inherited value, a set one); replay fills a redacted trace's spawns the same way
+before it compares (`spawn_filler`).
 
 The values of ``http/request`` headers that carry credentials (`secret_header`: Authorization,
 Cookie and the like, and names matching the secret patterns) are filler too, in the request,
@@ -35,14 +37,23 @@ from .actions import RunHttp, Send, Spawn, WriteStdin
 from .events import HttpResponded, MessageReceived, OutputReceived
 
 FILLER = b"x"
-# The server's variables a shared trace must not show: the env policy's default excludes, and
-# passwords and credentials besides; and any value with credentials in a URL.
+# Header names that say a secret, beside SECRET_HEADERS: the env policy's default excludes,
+# and passwords and credentials besides.
 SECRET_NAMES = (*DEFAULT_EXCLUDES, "*PASS*", "*CREDENTIAL*")
-_URL_CREDENTIALS = re.compile(r"://[^/\s:@]*:[^/\s@]*@")
+# The variables whose values the core reads, kept as they are (see the module's docstring).
+KEPT_VARIABLES = frozenset({"PATH", "TMPDIR"})
 
 
-def secret(name: str, value: str) -> bool:
-    return _matches(name, SECRET_NAMES) or _URL_CREDENTIALS.search(value) is not None
+def _variable(name: str, value: str) -> str:
+    return value if name in KEPT_VARIABLES else _hidden(value)
+
+
+def spawn_filler(action: Any) -> Any:
+    """A `Spawn` with its environment's values as filler (`KEPT_VARIABLES` aside)."""
+    if not isinstance(action, Spawn):
+        return action
+    env = tuple((name, _variable(name, value)) for name, value in action.spec.env)
+    return attrs.evolve(action, spec=attrs.evolve(action.spec, env=env))
 
 _CHUNK = re.compile(rb'("chunk"\s*:\s*")([A-Za-z0-9+/=]*)(")')
 
@@ -106,7 +117,34 @@ def redact_bytes(data: bytes) -> bytes:
     data = _CHUNK.sub(_chunk, data)
     if b'"name"' in data:
         data = _HEADER.sub(_header, data)
+    if b'"env' in data or b'"set"' in data:
+        data = _ENV.sub(_env, data)
     return data
+
+
+# A process/start's `env`, or its env policy's `set`: an object of strings only.
+_PAIR = rb'"(?:[^"\\]|\\.)*"\s*:\s*"(?:[^"\\]|\\.)*"'
+# Possessive: a client's frame that almost matches must not make it try every split.
+_ENV = re.compile(rb'("(?:env|set)"\s*+:\s*+\{)((?:\s*+' + _PAIR + rb'\s*+,?+)*+\s*+)(\})')
+_ONE_PAIR = re.compile(rb'"((?:[^"\\]|\\.)*)"(\s*:\s*)"((?:[^"\\]|\\.)*)"')
+
+
+def _env(match: re.Match[bytes]) -> bytes:
+    return match.group(1) + _ONE_PAIR.sub(_env_pair, match.group(2)) + match.group(3)
+
+
+def _env_pair(match: re.Match[bytes]) -> bytes:
+    """One variable with its value as filler of as many characters as it has once decoded, so
+    what a replayed core copies is the filler the recorded spawn has."""
+    name, colon, value = match.group(1, 2, 3)
+    try:
+        shown = json.loads(b'"' + name + b'"')
+        length = len(json.loads(b'"' + value + b'"'))
+    except ValueError:
+        return match.group(0)  # not JSON: the core refuses it, and says why
+    if shown in KEPT_VARIABLES:
+        return match.group(0)
+    return b'"' + name + b'"' + colon + b'"' + FILLER * length + b'"'
 
 
 def redact(value: Any) -> Any:
@@ -128,25 +166,15 @@ def redact(value: Any) -> Any:
 
 
 class Redactor:
-    """`redact` for one server: also the secrets of its environment, in the header and in the
-    environments of the processes that inherited them."""
+    """`redact` for one server: also the environment, in the header and in every spawn."""
 
     def __init__(self, host: Host) -> None:
-        self._secrets = {name: value for name, value in host.env.items()
-                         if secret(name, value)}
-        hidden = {name: _hidden(value) for name, value in self._secrets.items()}
-        # What the header records: the same names in the same order, the secrets as filler.
-        self.host = attrs.evolve(host, env={name: hidden.get(name, value)
+        # What the header records: the same names in the same order, the values as filler.
+        self.host = attrs.evolve(host, env={name: _variable(name, value)
                                             for name, value in host.env.items()})
 
     def __call__(self, value: Any) -> Any:
-        if isinstance(value, Spawn) and self._secrets:
-            # Only a value the server's environment gave: a client's own --env came in a frame,
-            # which the trace keeps as it is, and replay must find the same value again.
-            env = tuple((name, _hidden(text) if self._secrets.get(name) == text else text)
-                        for name, text in value.spec.env)
-            return attrs.evolve(value, spec=attrs.evolve(value.spec, env=env))
-        return redact(value)
+        return spawn_filler(value) if isinstance(value, Spawn) else redact(value)
 
 
 def _hidden(text: str) -> str:

@@ -7,9 +7,9 @@ the call raised (`LocalProtocolError`, or a bug of the core's, which stops it; s
 ``"$type"`` naming the class; bytes are ``{"$bytes": base64}``. Because the core is deterministic,
 replaying the events at the recorded times must give the recorded actions, step for step.
 
-A recorder made with ``redact=True`` writes process output, stdin and the server's secret
-variables as filler of the same length (see `_redact`); the header says so, and the trace
-still replays.
+A recorder made with ``redact=True`` writes process output, stdin and environment values as
+filler of the same length (see `_redact`); the header says so, and the trace still replays:
+the replayed spawns are filled the same way before they are compared.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import attrs
 from . import _policy, actions, events
 from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError
-from ._redact import Redactor
+from ._redact import Redactor, spawn_filler
 from ._server import ServerCore
 from ._session import Greeting
 from .actions import Action
@@ -75,6 +75,10 @@ def from_json(value: Any) -> Any:
     return cls(**fields)
 
 
+# What a redacted trace's header lists when every environment value is filler.
+ENVIRONMENT = "environment values"
+
+
 def _header(config: Config, host: Host, redacted: bool) -> dict[str, Any]:
     header = {
         "format": FORMAT,
@@ -84,8 +88,7 @@ def _header(config: Config, host: Host, redacted: bool) -> dict[str, Any]:
         "host": attrs.asdict(host),
     }
     if redacted:
-        header["redacted"] = ["process output", "stdin", "secret variables",
-                              "secret headers"]
+        header["redacted"] = ["process output", "stdin", ENVIRONMENT, "secret headers"]
     return header
 
 
@@ -226,8 +229,10 @@ def replay(lines: Iterable[str]) -> ReplayResult:
     writing: what came before is replayed, and the result says ``cut_short``. A bad line
     anywhere else raises (`ValueError`), as a header that is not a trace's does."""
     it = iter(line for line in lines if line.strip())
-    config, host = load_header(next(it))
+    first = next(it)
+    config, host = load_header(first)
     core = ServerCore(config, host)
+    filled = spawn_filler if ENVIRONMENT in json.loads(first).get("redacted", ()) else _same
     steps = 0
     for number, line in enumerate(it, start=1):
         try:
@@ -239,7 +244,8 @@ def replay(lines: Iterable[str]) -> ReplayResult:
         steps = number
         event = from_json(step["event"])
         try:
-            actual: Any = json.loads(_dumps([to_json(a) for a in core.handle(event, step["t"])]))
+            actual: Any = json.loads(_dumps([to_json(filled(a))
+                                              for a in core.handle(event, step["t"])]))
         except Exception as exc:  # noqa: BLE001 - a bug replays as a step that differs
             actual = {"error": error_text(exc)}
         expected = step["actions"] if "actions" in step else {"error": step["error"]}

@@ -51,13 +51,14 @@ def test_no_token_or_payload_reaches_the_logs_or_a_redacted_trace(
     trace = tmp_path / "trace.jsonl"
     server = Server(adapter, "--auth-token-file", str(token_file), "--trace", str(trace),
                     "--trace-redact", "--log-level", "DEBUG")
-    secret_out, secret_in = "out-7d3e1f0c", b"in-2b8a4c6e"
+    secret_out, secret_in, secret_env = "out-7d3e1f0c", b"in-2b8a4c6e", "ghp-5f1a9d3b"
     try:
         assert Client(server.url, headers=[("Authorization", f"Bearer {TOKEN}x")]).rejected == 401
         client = Client(server.url, headers=[("Authorization", f"Bearer {TOKEN}")])
         assert "result" in client.handshake()
         # The output is made by the process, so the secret is not in its command line too.
-        start(client, "p", ["sh", "-c", "printf '%s-%s\\n' out 7d3e1f0c; cat"], pipeStdin=True)
+        start(client, "p", ["sh", "-c", "printf '%s-%s\\n' out 7d3e1f0c; cat"], pipeStdin=True,
+              env={"PATH": "/usr/bin:/bin", "GITHUB_PAT": secret_env})
         write = {"processId": "p", "chunk": base64.b64encode(secret_in).decode(),
                  "writeId": "w", "closeStdin": True}
         assert client.result("process/write", write) == {"status": "accepted"}
@@ -67,7 +68,8 @@ def test_no_token_or_payload_reaches_the_logs_or_a_redacted_trace(
     finally:
         log = server.stop()
     recorded = trace.read_text()
-    for secret in (TOKEN, secret_out, secret_in.decode(), base64.b64encode(secret_in).decode()):
+    for secret in (TOKEN, secret_out, secret_in.decode(), base64.b64encode(secret_in).decode(),
+                   secret_env):
         assert secret not in log
         assert secret not in recorded
     replayed = subprocess.run([sys.executable, "-m", "execproto.adapters", "replay", str(trace)],

@@ -536,7 +536,7 @@ def test_a_redacted_trace_holds_no_payload_and_still_replays() -> None:
             assert b64(form) not in text and form.decode() not in text
     assert b64(b"x" * len(SECRET_IN)) in text  # same length, so replies and drops agree
     assert json.loads(h.lines[0])["redacted"] == [
-        "process output", "stdin", "secret variables", "secret headers"]
+        "process output", "stdin", "environment values", "secret headers"]
     assert replay(h.lines).ok
     # What the live core did is untouched: the real bytes went to the process and the client.
     assert WriteStdin(proc=1, data=SECRET_IN) in h.actions

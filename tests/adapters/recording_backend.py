@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 from execproto import SpawnSpec
 from execproto.adapters.backends import ExecSpec, Refused
+
+
+SLOW_CLEANUP = 2.0  # seconds
 
 
 class RecordingBackend:
@@ -35,6 +39,8 @@ class RecordingBackend:
                      timed_out=timed_out)
         if token == "token-explode":
             raise RuntimeError("finalize exploded")
+        if token == "token-slow-cleanup":  # a sandbox's cleanup that takes its time
+            time.sleep(SLOW_CLEANUP)
 
 
 def make() -> RecordingBackend:

@@ -98,6 +98,24 @@ def test_a_drain_ends_when_its_grace_runs_out_or_at_a_second_signal(
         assert "grace ran out" in log, log
 
 
+def test_a_drain_begun_while_a_cleanup_runs_ends_when_it_is_done(adapter: str) -> None:
+    # The last process has closed but its backend's cleanup (a sandbox's, off the owner)
+    # still runs when SIGTERM comes: the drain ends with the cleanup, not with its grace.
+    server = Server(adapter, "--drain-grace", "30", "--backend",
+                    "tests.adapters.recording_backend:make",
+                    env={"EXECPROTO_TEST_RECORD": "/dev/null"})
+    client = server.client()
+    assert "result" in client.call("process/start", {"processId": "slow-cleanup",
+                                                     "argv": ["true"], **START})
+    client.events_until_closed("slow-cleanup")
+    began = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    log = server.stop(signal.SIGCONT, timeout=20)
+    assert server.process.returncode == 0, log
+    assert time.monotonic() - began < 2.0 + 5, log  # the cleanup, and room for a loaded machine
+    assert "every process has finished" in log, log
+
+
 def default_grace() -> float:
     """The ``--drain-grace`` default that ``execproto serve --help`` states."""
     shown = subprocess.run([sys.executable, "-m", "execproto.adapters", "serve", "--help"],

@@ -104,7 +104,7 @@ class Driver:
         self.on_failure: Callable[[], None] | None = None
         self.children = Children(loop, self.feed, backend or LocalBackend(),  # the rooms
                                  lambda: self.failure is not None)
-        self.children.on_cleaned = self._check_idle_if_stopping  # the stop waits for cleanups
+        self.children.on_cleaned = self._check_idle  # a drain and a stop wait for cleanups
         # What the rooms do for a connection as its peer reports it, before the core hears: its
         # fs/open handles live from its opening to its close, no fs call of its starts while it
         # is blocked (unread answers would pile up), and its queued calls go with it.
@@ -193,10 +193,6 @@ class Driver:
     def idle(self) -> bool:
         """Every process finalized, its sandbox cleaned up too (that runs off the owner)."""
         return self.core.idle and not self.children.cleanups
-
-    def _check_idle_if_stopping(self) -> None:
-        if self._stopping:
-            self._check_idle()
 
     def _trace_stopped(self, recorder: Recorder) -> None:
         """The trace could not be written: one line says so, and the server goes on."""

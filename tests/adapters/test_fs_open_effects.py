@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .conftest import Server, uri
+from .conftest import ADAPTERS, Server, uri
 from .wsclient import Client
 
 
-@pytest.fixture(scope="module")
-def client(shared_server: Server) -> Client:
-    """fs calls are the files room's, the same under every adapter."""
-    return shared_server.client()
+@pytest.fixture(scope="module", params=ADAPTERS)
+def client(request: pytest.FixtureRequest) -> Iterator[Client]:
+    server = Server(request.param)
+    yield server.client()
+    log = server.stop()
+    assert "Traceback" not in log, log
 
 # (method, params beside the path, the end the server would open: the test waits on the other)
 CALLS = [

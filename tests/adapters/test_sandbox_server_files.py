@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Server, uri
+from .conftest import ADAPTERS, Server, uri
 from .sandboxes import needs_bwrap, profile, run, workspace_write
 from .wsclient import Client
 
@@ -51,13 +51,14 @@ def _install(venv: Path) -> Path:
     return python
 
 
-@pytest.fixture(scope="module")
-def installed() -> Iterator[tuple[Client, Path, Path]]:
+@pytest.fixture(scope="module", params=ADAPTERS)
+def installed(request: pytest.FixtureRequest) -> Iterator[tuple[Client, Path, Path]]:
     venv = Path(tempfile.mkdtemp(prefix="execproto-venv-", dir="/tmp"))
     outside = Path(tempfile.mkdtemp(prefix="execproto-outside-", dir="/var/tmp"))
     python = _install(venv)
     # The test's own interpreter is the prefix's next word: the shell drops it.
-    server = Server("asyncio", prefix=("/bin/sh", "-c", 'shift; exec "$0" "$@"', str(python)))
+    server = Server(request.param,
+                    prefix=("/bin/sh", "-c", 'shift; exec "$0" "$@"', str(python)))
     yield server.client(), venv, outside
     log = server.stop()
     shutil.rmtree(venv, ignore_errors=True)

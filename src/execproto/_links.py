@@ -61,7 +61,7 @@ def follow(path: str, readlink: Readlink,
         if name == "..":
             real = posixpath.dirname(real)
             continue
-        here = posixpath.join(real, name)
+        here = ("" if real == "/" else real) + "/" + name  # join, without its generality
         target = readlink(here)
         if target is None:
             real = here
@@ -81,6 +81,7 @@ def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None) -> P
     """``policy``'s rules at their real paths, a planted link followed only as far as the
     module's docstring says (raises `PlantedLink` where a write grant would leave). Not
     narrowed by ``floor``: the caller does that, once it knows which paths exist."""
+    readlink = _once_each(readlink)
     writable = [*(floor.writable_roots() if floor is not None else ()),
                 *policy.writable_roots()]
     writable += [follow(top, readlink)[0] for top in policy.writable_roots()]
@@ -105,6 +106,18 @@ def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None) -> P
             continue
         rules.append(PathRule(path=real, access=rule.access))
     return Policy.of(rules, policy.network, policy.deny_globs, caps=caps)
+
+
+def _once_each(readlink: Readlink) -> Readlink:
+    """``readlink`` asked once a path for one resolving: the rules share their parents (and
+    one snapshot of the links is what the rules are resolved against)."""
+    seen: dict[str, str | None] = {}
+
+    def read(path: str) -> str | None:
+        if path not in seen:
+            seen[path] = readlink(path)
+        return seen[path]
+    return read
 
 
 def _followed_caps(caps: Iterable[PathRule], readlink: Readlink) -> list[PathRule]:

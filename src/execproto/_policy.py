@@ -75,19 +75,21 @@ class Policy:
         by_path: dict[str, PathRule] = {}
         capped: dict[str, PathRule] = {}
         for cap in caps:
-            cap = attrs.evolve(cap, path=normalize(cap.path))
+            cap = _normalized(cap)
             if cap.path not in capped or _weaker(cap, capped[cap.path]):
                 capped[cap.path] = cap
         for rule in rules:
-            rule = attrs.evolve(rule, path=normalize(rule.path))
+            rule = _normalized(rule)
             old = by_path.get(rule.path)
             if old is None or _weaker(rule, old):
                 by_path[rule.path] = rule
         by_path.setdefault("/", PathRule(path="/", access="none"))
         if capped:
             index = dict(by_path)
-            for path in capped:  # the cap's path gets what was there, held to it
-                by_path.setdefault(path, attrs.evolve(deepest(index, path), path=path))
+            for path, cap in capped.items():  # the cap's path gets what was there, held to it
+                there = deepest(index, path)
+                if path not in by_path and RANK[there.access] > RANK[cap.access]:
+                    by_path[path] = PathRule(path=path, access=there.access)
             by_path = {path: _held(rule, capped) for path, rule in by_path.items()}
         return cls(rules=_sorted(by_path.values()), network=network, deny_globs=tuple(deny_globs),
                    caps=_sorted(capped.values()))
@@ -139,18 +141,19 @@ class Policy:
         return tuple(rule.path for rule in self.rules if rule.access == "write")
 
 
+def _normalized(rule: PathRule) -> PathRule:
+    path = normalize(rule.path)
+    return rule if path == rule.path else PathRule(path=path, access=rule.access)
+
+
 def _held(rule: PathRule, caps: dict[str, PathRule]) -> PathRule:
     """``rule`` held to every cap at or above its path."""
-    path, access = rule.path, rule.access
-    while True:
-        cap = caps.get(path)
-        if cap is not None and RANK[cap.access] < RANK[access]:
+    access = rule.access
+    for top, cap in caps.items():
+        if RANK[cap.access] < RANK[access] and (
+                top == "/" or rule.path == top or rule.path.startswith(top + "/")):
             access = cap.access
-        parent = posixpath.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return rule if access == rule.access else attrs.evolve(rule, access=access)
+    return rule if access == rule.access else PathRule(path=rule.path, access=access)
 
 
 def deepest(index: dict[str, PathRule], path: str) -> PathRule:

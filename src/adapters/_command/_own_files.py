@@ -10,10 +10,11 @@ one is refused at start.
 
 Held: the interpreter's file and its installation (`sys.base_prefix`), the environment it
 runs in (`sys.prefix`: a venv), every directory on `sys.path` (the installed packages, an
-editable install's sources), execproto's own code, the wrappers (setpriv, bubblewrap,
-pasta), `--path-prepend`, a `--backend` module and the TLS certificate. Not `python -m`'s
-current directory: a server started in a workspace would make the workspace read-only, so
-`serve` takes it off `sys.path` instead (`forget_cwd`), and nothing is imported from there.
+editable install's sources), execproto's own code, the wrappers (setpriv, setsid,
+bubblewrap, pasta, where the server finds them), `--path-prepend`, a `--backend` module and
+the TLS certificate. Not `python -m`'s current directory: a server started in a workspace
+would make the workspace read-only, so `serve` takes it off `sys.path` instead
+(`forget_cwd`), and nothing is imported from there.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import shutil
 import sys
 from collections.abc import Iterable
 
-WRAPPERS = ("setpriv", "bwrap", "pasta")
+# The programs the server runs around a process, found on its PATH as `_posix`, `_cgroups`
+# and `backends` find them (and on the system's, where `_cgroups` looks).
+WRAPPERS = ("setpriv", "setsid", "bwrap", "pasta")
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -46,7 +49,8 @@ def protected(extra: Iterable[str] = ()) -> tuple[str, ...]:
              sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              *(entry for entry in sys.path if entry and entry != here),
              os.path.dirname(execproto.__file__), adapters,
-             *(shutil.which(name, path=SYSTEM_PATH) or "" for name in WRAPPERS),
+             *(shutil.which(name, path=where) or "" for name in WRAPPERS
+               for where in (None, SYSTEM_PATH)),
              *extra]
     held: dict[str, None] = {}  # a set, in the order met
     for path in named:

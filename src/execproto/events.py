@@ -73,6 +73,12 @@ class ConnectionOpened(Event):
     session_id: str
     # Who is on the other end, for messages: "websocket 127.0.0.1:50312", "stdio".
     label: str = "client"
+    # The client's address (an IP, no port; empty where there is none, as on stdio): the key
+    # the shares of the server-wide caps are kept by (see `_shares`).
+    peer: str = ""
+    # Which of the server's tokens the client presented, a second key for the shares. There is
+    # one token today, so the adapters leave it empty: every client is the same identity.
+    identity: str = ""
 
 
 @attrs.frozen(kw_only=True)

@@ -58,9 +58,10 @@ class Harness:
         self.now = end
         return out
 
-    def connect(self, conn: int = 1) -> None:
+    def connect(self, conn: int = 1, peer: str = "", identity: str = "") -> list[Action]:
         self._sessions += 1
-        self.feed(ConnectionOpened(conn=conn, session_id=f"session-{self._sessions}"))
+        return self.feed(ConnectionOpened(conn=conn, session_id=f"session-{self._sessions}",
+                                          peer=peer, identity=identity))
 
     def send(self, conn: int, message: Any) -> list[Action]:
         data = message if isinstance(message, (bytes, str)) else json.dumps(message)

@@ -150,7 +150,8 @@ def test_recorder_writes_a_header_then_one_line_per_call() -> None:
     assert all("\n" not in line for line in lines)
     one, two, three = steps(lines)
     assert one == {"t": 1.5, "event": {"$type": "ConnectionOpened", "conn": 1, "session_id": "s",
-                                       "label": "client"}, "actions": []}
+                                       "label": "client", "peer": "", "identity": ""},
+                   "actions": []}
     assert two["t"] == 2.0
     assert two["event"] == {"$type": "MessageReceived", "conn": 1, "data": {"$bytes": b64(b"[]")}}
     assert two["actions"] == [to_json(a) for a in actions]

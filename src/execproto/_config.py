@@ -41,6 +41,10 @@ class Config:
     # refused, so one client cannot take every pid and descriptor from the others.
     max_session_processes: int = 256
     max_processes: int = 1024
+    # Sessions waiting, detached, to be resumed, for the whole server: past it the oldest
+    # detached session of the address holding the most expires at once (see `_shares`), so
+    # clients that come and go cannot fill the memory with sessions for a whole TTL.
+    max_detached_sessions: int = 1024
     # Output held for detached sessions, all of them together (each log is bounded by
     # retention_bytes already): past it, every process of a detached session is paused until
     # its client comes back or the total falls, so many abandoned sessions cannot fill memory.

@@ -7,10 +7,11 @@ which `_carry_out` performs in order.
 from __future__ import annotations
 
 import base64
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import _descriptors, _params, _sandbox
+from . import _descriptors, _params, _sandbox, _shares
 from ._env import child_environment, login_shell
 from ._errors import (
     LocalProtocolError,
@@ -23,6 +24,7 @@ from ._jsonrpc import Id
 from ._lifecycle import (
     Do,
     Phase,
+    Stop,
     StopInput,
     Timer,
     cap_crossed,
@@ -57,6 +59,8 @@ from .events import (
 )
 
 ABANDONED = "output pipes abandoned: a descendant kept them open after the process was terminated"
+RECLAIMED = ("terminated while its session was detached: the server was full, and another "
+             "client needed room")
 
 
 def _sandbox_type(core: CoreState, process: Process) -> str:
@@ -115,18 +119,44 @@ class ProcessHandlers(CoreState):
         self._emit(Spawn(proc=handle, spec=spec))
 
     def _check_process_limits(self, session: Session) -> None:
-        if len(self._procs) >= self.config.max_processes:
-            raise invalid_request(
-                f"too many processes: this server runs at most {self.config.max_processes} "
-                "at once; wait for some to close"
-            )
         live = sum(1 for process in session.processes.values() if process.proc in self._procs)
         if live >= self.config.max_session_processes:
             raise invalid_request(
                 f"too many processes: a session runs at most {self.config.max_session_processes} "
                 "at once; wait for some to close"
             )
+        counted = [p for p in self._procs.values() if p.proc not in self._reclaimed]
+        held = _shares.count(p.session.keys for p in counted)
+        share = _shares.process_share(self.config)
+        for key in session.keys:
+            if held[key] >= share:
+                raise invalid_request(
+                    f"too many processes: one {key[0]} runs at most {share} of the server's "
+                    f"{self.config.max_processes} at once; wait for some to close")
+        if len(counted) >= self.config.max_processes and not self._reclaim(session, held):
+            raise invalid_request(
+                f"too many processes: this server runs at most {self.config.max_processes} "
+                "at once; wait for some to close"
+            )
         self._check_descriptors(_descriptors.PER_PROCESS)
+
+    def _reclaim(self, session: Session, held: Counter[_shares.Key]) -> bool:
+        """The server is full: a client that left holds no more of it than the one asking.
+        The key holding the most that has processes in detached sessions, if it holds more
+        than the asker's key of its kind, has its oldest such process terminated (it stops
+        counting now, though it takes up to two ``kill_grace`` to go)."""
+        detached = [p for p in self._procs.values() if p.session.conn is None
+                    and p.proc not in self._reclaimed and p.life.stop is Stop.NONE]
+        candidates = dict.fromkeys(key for p in detached for key in p.session.keys)
+        key = _shares.yielding(held, session.keys, candidates)
+        if key is None:
+            return False
+        oldest = next(p for p in detached if key in p.session.keys)  # by handle: started first
+        self._reclaimed.add(oldest.proc)
+        oldest.timed_out = True
+        oldest.failure = RECLAIMED
+        self._terminate(oldest)
+        return True
 
     def _sandbox_for(self, p: _params.StartParams, env: dict[str, str]) -> Policy | None:
         """The client's sandbox narrowed by the operator's floor; -32602 if nothing here can
@@ -458,6 +488,7 @@ class ProcessHandlers(CoreState):
 
     def _retire(self, process: Process) -> None:
         del self._procs[process.proc]
+        self._reclaimed.discard(process.proc)
         self._finalized[process.proc] = process
         kept = process.log.retained_bytes
         self._closed_bytes[process.proc] = kept
@@ -489,6 +520,7 @@ class ProcessHandlers(CoreState):
 
     def _forget(self, process: Process) -> None:
         del self._procs[process.proc]
+        self._reclaimed.discard(process.proc)
         del process.session.processes[process.process_id]  # the id is free again at once
 
     def _fail_readers(self, process: Process) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from . import _descriptors, _fs_params, _host_params, _jsonrpc, _params
+from . import _descriptors, _fs_params, _host_params, _jsonrpc, _params, _shares
 from ._config import Config, Host, announced_environment, inherited_environment
 from ._errors import (
     INTERNAL_ERROR,
@@ -286,7 +286,8 @@ class ServerCore(ProcessHandlers, WatchHandlers):
     def _on_connection_opened(self, event: ConnectionOpened) -> None:
         if event.conn in self._conns:
             raise LocalProtocolError(f"connection {event.conn} is already open")
-        c = Connection(event.conn, event.session_id, event.label, self._now)
+        c = Connection(event.conn, event.session_id, event.label, self._now,
+                       _shares.keys_of(event.peer, event.identity))
         self._conns[event.conn] = c
         self.stats.connection_opened(c.conn)
         if self._shutting_down:
@@ -305,7 +306,9 @@ class ServerCore(ProcessHandlers, WatchHandlers):
     def _room_for(self, newcomer: Connection) -> bool:
         """Whether ``newcomer`` fits under ``max_connections``. When full, the oldest connection
         that has not sent ``initialize`` in `MAKE_ROOM_AFTER` seconds makes room (1013): so
-        connections that never initialize cannot lock out a client that would."""
+        connections that never initialize cannot lock out a client that would. Else the oldest
+        initialized one of the address holding the most, if that is more than half and not the
+        newcomer's own address (1013): so one client's connections cannot lock out another's."""
         staying = [c for c in self._conns.values() if not c.closing]
         if len(staying) <= self.config.max_connections:
             return True
@@ -317,7 +320,18 @@ class ServerCore(ProcessHandlers, WatchHandlers):
                     c, f"too many connections: at most {self.config.max_connections}, and "
                     "this one sent no initialize", CloseCode.TRY_AGAIN_LATER)
                 return True
-        return False
+        initialized = [c for c in staying if c.handshake is not Handshake.NEW]
+        held = _shares.count(c.keys for c in staying)
+        candidates = dict.fromkeys(key for c in initialized for key in c.keys)
+        key = _shares.yielding(held, newcomer.keys, candidates,
+                               _shares.soft_share(self.config.max_connections))
+        if key is None:
+            return False
+        oldest = next(c for c in initialized if key in c.keys)
+        self._close_connection(
+            oldest, f"too many connections from {_shares.describe(key)}: this one makes room "
+            "for another client", CloseCode.TRY_AGAIN_LATER)
+        return True
 
     def _on_drain(self, event: Drain) -> None:
         self._draining = True
@@ -344,9 +358,25 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         self._connection_watches_closed(c)
         session = c.session
         if session is not None:
+            session.detached_at = self._now
             self._carry_out_session(session, session.life.event(SessionInput.DETACHED))
         del self._conns[event.conn]
         self.stats.connection_closed(event.conn)
+        if session is not None:
+            self._bound_detached()
+
+    def _bound_detached(self) -> None:
+        """Past ``max_detached_sessions``, the oldest detached session of the key holding the
+        most expires now (its processes terminated, as at its TTL): so one client's sessions
+        cannot make the sessions of others expire early, nor fill the memory."""
+        detached = [s for s in self._sessions.values() if s.conn is None]
+        if len(detached) <= self.config.max_detached_sessions:
+            return
+        held = _shares.count(s.keys for s in detached)
+        key = max(held, key=held.__getitem__)  # the first of the most: the same at a replay
+        oldest = min((s for s in detached if key in s.keys), key=lambda s: s.detached_at)
+        self._timers.cancel((Timer.EXPIRE, oldest.session_id))
+        self._on_session_expired(oldest.session_id)
 
     def _on_message(self, event: MessageReceived) -> None:
         c = self._connection(event.conn)
@@ -426,7 +456,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
         if p.resume_session_id is None:
             if c.new_session_id in self._sessions:
                 raise LocalProtocolError(f"session id {c.new_session_id} minted twice")
-            session = Session(c.new_session_id)
+            session = Session(c.new_session_id, c.keys)
             self._sessions[session.session_id] = session
             attach = SessionInput.CREATED
         else:
@@ -437,6 +467,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             attach = SessionInput.RESUMED
         # Refused (-32010) while another connection holds it: `_lifecycle.SESSION_REFUSED`.
         todo = session.life.event(attach, c.conn)
+        session.keys = c.keys  # a client that moved holds it from where it is now
         c.session = session
         c.handshake = Handshake.INITIALIZING
         self._timers.cancel((Timer.GREET, c.conn))

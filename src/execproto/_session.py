@@ -14,6 +14,7 @@ import attrs
 from ._jsonrpc import Id
 from ._lifecycle import SessionLife
 from ._process import Process
+from ._shares import Keys
 
 
 class Handshake(enum.Enum):
@@ -34,10 +35,13 @@ class Greeting:
 
 
 class Session:
-    __slots__ = ("session_id", "life", "processes", "acks")
+    __slots__ = ("session_id", "life", "processes", "acks", "keys", "detached_at")
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, keys: Keys = ()) -> None:
         self.session_id = session_id
+        # Whose shares it and its processes count in: its connection's, the last to attach it.
+        self.keys = keys
+        self.detached_at = 0.0  # when it last detached: the oldest yields first
         # Attached, detached or expired, and to which connection: written only by `life.event`.
         self.life = SessionLife(session_id)
         # The client acknowledges output: every log holds what is not yet acknowledged.
@@ -83,10 +87,13 @@ class Connection:
         "fs_handles",
         "http_streams",
         "greeting",
+        "keys",
     )
 
-    def __init__(self, conn: int, new_session_id: str, label: str, opened: float = 0.0) -> None:
+    def __init__(self, conn: int, new_session_id: str, label: str, opened: float = 0.0,
+                 keys: Keys = ()) -> None:
         self.conn = conn
+        self.keys = keys  # its client's address (and token identity): see `_shares`
         self.opened = opened  # when the adapter reported it open
         self.new_session_id = new_session_id
         self.label = label

@@ -34,6 +34,9 @@ class CoreState:
         self._sessions: dict[str, Session] = {}
         # Processes spawned (or being spawned) and not yet finalized, by the core's handle.
         self._procs: dict[int, Process] = {}
+        # Processes terminated to make room for another client's start (`_reclaim`): they no
+        # longer count toward max_processes, so that start goes on at once.
+        self._reclaimed: set[int] = set()
         # Finalized (closed) processes still readable, by handle, until their eviction.
         self._finalized: dict[int, Process] = {}
         # The output their logs kept when they closed, each and in all (Config.max_closed_bytes).

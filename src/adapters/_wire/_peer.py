@@ -180,8 +180,9 @@ class Peer:
         self.label = label
         log.debug("connection %d opened: %s", self.conn, label)
         self.connections.add(self)
+        address = label.removeprefix("websocket ").rpartition(":")[0]  # of "IP:PORT"; stdio: ""
         self.connections.feed(ConnectionOpened(conn=self.conn, session_id=str(uuid.uuid4()),
-                                               label=label))
+                                               label=label, peer=address))
 
     def lost(self) -> None:
         self._held.clear()

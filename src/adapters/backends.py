@@ -17,17 +17,17 @@ import importlib
 import os
 import shutil
 import threading
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import attrs
 
 from execproto import Policy, SpawnSpec
-from execproto.policy import PathRule, PlantedLink
+from execproto.policy import PathRule, PlantedLink, pinned
 
-from ._files._beneath import Scope, resolved_policy
+from ._files._beneath import Scope
 from ._processes import _bwrap, _posix
+from ._processes._bwrap import Budget
 from ._processes._posix import resolve_program
 
 
@@ -95,8 +95,9 @@ class LocalBackend:
         self._pasta = _usable_pasta() if pasta == "" else pasta
         self._host_network = host_network
         self.floor = floor
-        # Placeholder directories bwrap made on the host, by how many live sandboxes use them.
-        self._placeholders: Counter[str] = Counter()
+        # Placeholder directories the stage made on the host, by how many live sandboxes use
+        # them; safe to share between starts prepared at once (`_bwrap.Placeholders` says why).
+        self._placeholders = _bwrap.Placeholders()
 
     def _find_bwrap(self) -> None:
         try:
@@ -160,25 +161,27 @@ class LocalBackend:
             raise Refused(CANNOT_ENFORCE)
         if request.sandbox.network and not self._host_network and self._pasta is None:
             raise Refused(f"{CANNOT_ENFORCE}: {NO_PASTA}")
-        program = self._visible_program(request)
         sandbox = _bwrap.Sandbox(self._bwrap, self.floor, self._placeholders,
                                  pasta=None if self._host_network else self._pasta)
         try:
+            # The start's budget (`_bwrap.Budget`) covers the program's lookup too.
+            Budget.shape(request.sandbox)
+            program = self._visible_program(request, sandbox.budget)
             argv = sandbox.command(request.sandbox, request, program)
         except _bwrap.CannotEnforce as exc:
             raise Refused(f"{CANNOT_ENFORCE}: {exc}") from None
-        self._placeholders.update(sandbox.uses)
         return ExecSpec(argv=tuple(argv), env=_bwrap.WRAPPER_ENV, cwd=request.cwd,
                         pass_fds=tuple(sandbox.fds), token=tuple(sandbox.uses))
 
-    def _visible_program(self, request: SpawnSpec) -> str:
+    def _visible_program(self, request: SpawnSpec, budget: Budget) -> str:
         """The program, looked up where the sandbox lets it look. The cwd and the program are
         checked on the host, before the sandbox exists, for a clean spawn error; a path the
         policy hides must then fail as if it were absent, or the error would tell whether it
         exists."""
         assert request.sandbox is not None
-        try:
-            scope = Scope((), resolved_policy(request.sandbox, self.floor))
+        try:  # `_beneath.resolved_policy`, reading links within the budget
+            resolved = pinned(request.sandbox, budget.readlink, self.floor).narrow(self.floor)
+            scope = Scope((), resolved)
         except PlantedLink as exc:
             raise Refused(f"{CANNOT_ENFORCE}: {exc}") from None
 
@@ -197,15 +200,10 @@ class LocalBackend:
         return program
 
     def finalize(self, token: Any, status: str, exit_code: int | None, timed_out: bool) -> None:
-        # The sandbox is gone (its pid namespace died with it): remove the mount points it
-        # used on the host once no other sandbox still mounts on them. Deepest first; a
-        # directory someone has since put something in stays.
-        for path in token or ():
-            self._placeholders[path] -= 1
-            if self._placeholders[path] > 0:
-                continue
-            del self._placeholders[path]
-            _posix.remove_empty_directory(path)
+        # The sandbox is gone: the mount points it used on the host are removed once no
+        # other sandbox still mounts on them.
+        if token:
+            self._placeholders.release(token)
 
 
 def _usable_pasta() -> str | None:

@@ -22,18 +22,22 @@ test_sandbox.py and test_mount_race.py try to break each point):
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
+from collections.abc import Iterable
 
 from execproto import Policy, SpawnSpec
 from execproto.policy import PathRule, PlantedLink, deepest, pinned
 
 from . import _glob, _seccomp, _stage
-from ._posix import readlink
+from ._posix import readlink, remove_empty_directory
 
 # The wrappers' whole environment: nothing a client chose.
 WRAPPER_ENV = (("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),)
@@ -97,14 +101,18 @@ def problem(bwrap: str) -> str | None:
     missing = _seccomp.problem()
     if missing is not None:
         return missing
-    sandbox = Sandbox(bwrap, None, Counter())
+    sandbox = Sandbox(bwrap, None, Placeholders())
     # A rule below `/`, so that the stage runs too (mount_setattr needs Linux 5.12).
     rules = [PathRule(path="/", access="read"),
              PathRule(path=os.path.dirname(_stage.__file__), access="none")]
-    probe = sandbox.command(Policy.of(rules, False),
-                            SpawnSpec(argv=("true",), arg0=None, cwd="/", env=(), tty=False,
-                                      pipe_stdin=False, session_id="", process_id="probe"),
-                            "true")
+    try:
+        probe = sandbox.command(Policy.of(rules, False),
+                                SpawnSpec(argv=("true",), arg0=None, cwd="/", env=(),
+                                          tty=False, pipe_stdin=False, session_id="",
+                                          process_id="probe"),
+                                "true")
+    except CannotEnforce as exc:  # its budget spent: a machine too loaded to say
+        return f"bubblewrap cannot run here: {exc}"
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30,
                               env=dict(WRAPPER_ENV), pass_fds=sandbox.fds)
@@ -130,33 +138,160 @@ class CannotEnforce(Exception):
     """The policy names more than this sandbox can set up (the spawn is refused)."""
 
 
+# One start's budget: what setting up one sandbox may cost a worker of the shared pool
+# (`_children.PREP_WORKERS`) and the server's memory, far past what a real client asks (Codex's
+# workspace-write profile: ~8 rules of ~10 components, 3 placeholders, a few ms). Past any of
+# them the start is refused, saying which, before more of it is done.
+MAX_RULES = 1024  # once the deny patterns are expanded: each is a mount, or more
+MAX_DEPTH = _glob.MAX_DEPTH  # components of a rule's path: each is read when it is resolved
+MAX_PLACEHOLDERS = 64  # directories one start makes on the host: each kept till its finalize
+MAX_PLACEHOLDER_PATH = 1024  # bytes of such a directory's path, kept as long
+# Wall time on its worker: what another client's start may wait for, when every worker is
+# taken by a costly one. Every loop that can be long checks it (the expansion, each symlink
+# read while resolving, the plan); the bounds above keep a start well under it.
+MAX_SECONDS = 2.0
+# Plans remade because a placeholder the plan relied on was removed meanwhile (`Placeholders`).
+MAX_TRIES = 3
+
+
+class Budget:
+    """The deadline of one start's setup."""
+
+    def __init__(self) -> None:
+        self._ends = time.monotonic() + MAX_SECONDS
+
+    def check(self) -> None:
+        if time.monotonic() > self._ends:
+            raise CannotEnforce(f"setting the sandbox up took over {MAX_SECONDS:g} s")
+
+    def readlink(self, path: str) -> str | None:
+        """`_posix.readlink`, within the deadline: a rule's path is read one component, and
+        one link (40 of them, 4 KB each), at a time."""
+        self.check()
+        return readlink(path)
+
+    @staticmethod
+    def shape(policy: Policy) -> None:
+        """The bounds a policy's shape alone breaks, checked before any path is looked at."""
+        if len(policy.rules) + len(policy.caps) > MAX_RULES:
+            raise CannotEnforce(f"the sandbox has over {MAX_RULES} rules")
+        for rule in (*policy.rules, *policy.caps):
+            if rule.path.count("/") > MAX_DEPTH:
+                raise CannotEnforce(f"the path {rule.path[:64]}... has over {MAX_DEPTH} "
+                                    "components")
+
+
+class Placeholders:
+    """The placeholder directories sandboxes made on the host, with how many live sandboxes
+    mount on or beneath each: one set for the backend, shared by every sandbox, whose starts
+    are prepared on several workers at once and whose finalizes run meanwhile.
+
+    Why this is safe without preparing one sandbox at a time. A placeholder is removed only in
+    `release`, under the lock, once no sandbox counts it. A sandbox looks at the file system
+    without the lock (the costly part: resolving, the plan), and what it saw can be stale in
+    one way that matters: a path it saw there (to bind, cover or pin) was a placeholder that
+    another sandbox's finalize removed since; its stage would skip that mount as vanished, and
+    a missing `.git` the command could create would be the result. So `take`, under the lock,
+    counts every placeholder at or above the sandbox's rules (its pins are their parents),
+    the ones it will make too: none of them can be removed from then on until its own
+    `release`. And if any was removed since the sandbox began looking (`removals`, counted
+    after the removal), it checks that every path it saw is still there, else the plan is
+    made again. A path it saw missing is harmless stale: its stage makes it if still missing
+    and takes one made meanwhile. So the lock is held for counting only, never while a policy
+    is resolved or a pattern expanded.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._uses: Counter[str] = Counter()
+        self.removals = 0  # read without the lock: an int, and only compared
+
+    def take(self, sandbox: Sandbox, paths: list[str], seen: int) -> bool:
+        """Count the placeholders at or above ``paths`` (a sandbox's rules) and those it makes
+        as its ``uses``; False (nothing counted) if one it relied on was removed since
+        ``seen``."""
+        ordered = sorted(paths)
+        with self._lock:
+            if self.removals != seen and not all(map(os.path.lexists, sandbox.seen)):
+                return False
+            used = [place for place in (*self._uses, *(sandbox.made - self._uses.keys()))
+                    if _at_or_above(place, ordered)]
+            self._uses.update(used)
+        sandbox.uses = sorted(used, key=lambda place: (-place.count("/"), place))
+        return True
+
+    def release(self, uses: Iterable[str]) -> None:
+        """A sandbox is gone (its pid namespace died with it): remove the placeholders no
+        other one still uses. Deepest first; a directory someone has since put something in
+        stays."""
+        with self._lock:
+            removed = False
+            for path in uses:
+                self._uses[path] -= 1
+                if self._uses[path] > 0:
+                    continue
+                del self._uses[path]
+                remove_empty_directory(path)
+                removed = True
+            if removed:  # after the removal: a sandbox that read the old count looked before
+                self.removals += 1
+
+    def __len__(self) -> int:
+        return len(self._uses)
+
+
+def _at_or_above(place: str, ordered: list[str]) -> bool:
+    """Whether some path of the sorted ``ordered`` is ``place`` or lies beneath it."""
+    index = bisect.bisect_left(ordered, place)
+    if index < len(ordered) and ordered[index] == place:
+        return True
+    top = place.rstrip("/") + "/"
+    index = bisect.bisect_left(ordered, top)
+    return index < len(ordered) and ordered[index].startswith(top)
+
+
 class Sandbox:
     """The command for one spawn: the stage (which builds the file system) exec'ing bwrap.
 
     Holds the descriptors it passes (`close` them after the spawn, whether or not it
     succeeded). ``placeholders`` are the empty directories sandboxes made on the host as
-    mount points and still use, with how many use each (the backend's, shared by every
-    sandbox); ``uses`` lists those this one makes or mounts on, deepest first, for the
-    backend to count down at its finalize.
+    mount points and still use (the backend's, shared by every sandbox); ``uses`` lists
+    those this one makes or mounts on, deepest first, counted there once `command` returns,
+    for the backend to count down at its finalize. Nothing else of it outlives the spawn.
     """
 
-    def __init__(self, bwrap: str, floor: Policy | None, placeholders: Counter[str],
+    def __init__(self, bwrap: str, floor: Policy | None, placeholders: Placeholders,
                  pasta: str | None = None) -> None:
         self._bwrap = bwrap
         # The network of a sandbox that may use it: its own through pasta (None: the host's).
         self._pasta = pasta
         self._floor = floor
         self._placeholders = placeholders
+        self.budget = Budget()  # from now: the backend's own look at the policy counts too
         self._ops: list[tuple[str, str, str]] = []  # (operation, path, access): see _stage
         self._missing: set[str] = set()
         self._pinned: set[str] = set()
+        self.made: set[str] = set()  # placeholders this one makes, missing parents included
+        self.seen: list[str] = []  # the paths its plan binds, covers or pins: there when seen
         self.fds: list[int] = []
         self.uses: list[str] = []
 
     def command(self, policy: Policy, spec: SpawnSpec, program: str) -> list[str]:
         try:
-            resolved = self._resolve(policy)
-            root = self._mounts(resolved)
+            Budget.shape(policy)
+            matched = self._expand(policy)
+            for _ in range(MAX_TRIES):
+                self._ops, self._missing, self._pinned, self.made = [], set(), set(), set()
+                seen = self._placeholders.removals
+                resolved = self._resolve(policy, matched)
+                root = self._mounts(resolved)
+                self.seen = [path for op, path, _ in self._ops if op != "placeholder"]
+                if self._placeholders.take(self, [rule.path for rule in resolved.rules], seen):
+                    break
+            else:
+                raise CannotEnforce("placeholders the sandbox relied on kept being removed "
+                                    f"while it was set up ({MAX_TRIES} tries)")
+            self.seen, self.made, self._missing, self._pinned = [], set(), set(), set()
             pasta = (self._pasta if resolved.network else None) or ""
             # Without a mount below `/` nor a network of its own, the stage has nothing to do
             # (Codex's read-only profile): bubblewrap's only mount points are then /dev and
@@ -184,6 +319,8 @@ class Sandbox:
                 argv = [*STAGE.argv(self), str(plan_fd), *argv]
         except BaseException:
             self.close()
+            self._placeholders.release(self.uses)
+            self.uses = []
             raise
         if spec.arg0 is not None:  # bwrap cannot rename argv[0]; bash's exec -a can
             return argv + ["/bin/bash", "-c", 'exec -a "$0" "$@"', spec.arg0, program,
@@ -200,26 +337,34 @@ class Sandbox:
 
     # -- the policy, resolved ------------------------------------------------------------------
 
-    def _resolve(self, policy: Policy) -> Policy:
-        """The rules at their real paths, the deny patterns expanded, narrowed by the floor
-        again: a rule that resolved outside the operator's writable roots loses what the floor
-        does not grant there, and a symlink a sandbox could have planted carries no grant out
-        of the writable places (`execproto.policy.pinned`)."""
+    def _expand(self, policy: Policy) -> list[PathRule]:
+        """The deny patterns' matches, as rules (within the start's budget)."""
         matched = []
-        budget = _glob.Budget()
+        budget = _glob.Budget(self.budget.check)
         for pattern in policy.deny_globs:
             try:
                 matches = _glob.expand(pattern, budget)
             except _glob.TooBroad as exc:
                 raise CannotEnforce(f"the deny pattern {pattern}: {exc}") from None
             matched += [PathRule(path=match, access="none") for match in matches]
+        if len(policy.rules) + len(policy.caps) + len(matched) > MAX_RULES:
+            raise CannotEnforce(f"the sandbox has over {MAX_RULES} rules once its deny "
+                                "patterns are expanded")
+        return matched
+
+    def _resolve(self, policy: Policy, matched: list[PathRule]) -> Policy:
+        """The rules at their real paths, with the deny patterns' ``matched``, narrowed by the
+        floor again: a rule that resolved outside the operator's writable roots loses what the
+        floor does not grant there, and a symlink a sandbox could have planted carries no
+        grant out of the writable places (`execproto.policy.pinned`)."""
         try:
             real = pinned(Policy.of([*policy.rules, *matched], policy.network,
-                                    caps=policy.caps), readlink, self._floor)
+                                    caps=policy.caps), self.budget.readlink, self._floor)
         except PlantedLink as exc:
             raise CannotEnforce(str(exc)) from None
         rules = []
         for rule in real.rules:
+            self.budget.check()
             if os.path.realpath(rule.path) != rule.path:
                 continue  # a cap's name through a link (it holds where that leads too)
             if not os.path.lexists(rule.path):
@@ -234,6 +379,7 @@ class Sandbox:
         """The stage's operations for ``policy``; returns the root's access."""
         index = policy.index()
         for rule in policy.rules[1:]:
+            self.budget.check()
             parent = _parent(index, rule.path)
             if _beneath(rule.path, OWN):
                 continue
@@ -247,7 +393,6 @@ class Sandbox:
             if rule.access != "write" and parent.access == "write":
                 self._pin_between(parent.path, rule.path)
             self._bind(rule.access, rule.path)
-        self._count_uses([rule.path for rule in policy.rules])
         return policy.rules[0].access
 
     def _pin_between(self, top: str, path: str) -> None:
@@ -268,20 +413,19 @@ class Sandbox:
     def _placeholder(self, path: str) -> None:
         """An empty read-only directory where a protected path is missing, so that the sandbox
         cannot create it (a `.codex` or `.git` planted in a writable root would be trusted by
-        the next command). The stage makes it, and any missing parent, on the host."""
+        the next command). The stage makes it, and any missing parent, on the host; each is
+        kept till the finalize (`Placeholders`), so their number and length are bounded."""
+        if len(os.fsencode(path)) > MAX_PLACEHOLDER_PATH:
+            raise CannotEnforce(f"the missing path {path[:64]}... is over "
+                                f"{MAX_PLACEHOLDER_PATH} bytes: no directory is made for it")
         missing = path
         while not os.path.lexists(missing):
-            self._placeholders[missing] += 0  # known from now on; counted in _count_uses
+            self.made.add(missing)
+            if len(self.made) > MAX_PLACEHOLDERS:
+                raise CannotEnforce(f"the sandbox would make over {MAX_PLACEHOLDERS} "
+                                    "directories for missing paths")
             missing = os.path.dirname(missing)
         self._ops.append(("placeholder", path, ""))
-
-    def _count_uses(self, paths: list[str]) -> None:
-        """Every placeholder this sandbox mounts on or beneath is in use until its finalize,
-        whichever sandbox made it: removing it under another one's mount would detach that
-        mount and uncover what it protects."""
-        used = {place for place in self._placeholders
-                if any(_beneath(path, (place,)) for path in paths)}
-        self.uses = sorted(used, key=lambda place: (-place.count("/"), place))
 
     def _bind(self, access: str, path: str) -> None:
         if access == "none":

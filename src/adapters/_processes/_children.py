@@ -51,8 +51,13 @@ log = logging.getLogger("execproto")
 # cannot hold the loop (the pipe itself holds 1 MiB).
 READ_SIZE = 256 << 10
 # Sandboxes are set up and cleaned up off the owner (deny patterns alone may look at 50,000
-# directory entries), one at a time, as the backend's placeholders are shared by every sandbox.
-PREP_WORKERS = 1
+# directory entries), sessions in turn, one start or cleanup of a session at a time. Several at
+# once (the backend's placeholders are safe to share, `_bwrap.Placeholders`): on one worker,
+# two sessions of costly starts kept another client's `true` waiting over a minute; with four,
+# two such sessions leave two workers free, and more wait at most a start's budget each
+# (`_bwrap.MAX_SECONDS`).
+PREP_WORKERS = 4
+PREP_PER_SESSION = 1
 # What ends input on a terminal: closing our copy of the pty would not, as the reader of
 # the other side only sees end-of-file when the line discipline gets ^D.
 END_OF_TERMINAL_INPUT = b"\x04"
@@ -68,6 +73,7 @@ class Record:
     token: Any
     child: _posix.Child | None = None
     process_id: str = ""
+    session_id: str = ""  # whose share of the sandbox workers its cleanup takes
     program: str = ""
     began: float = 0.0
     output_bytes: int = 0  # for the exit's log line
@@ -87,7 +93,7 @@ class Children:
         self.backend = backend
         self._failed = failed
         self._records: dict[int, Record] = {}
-        self._prep = Shares(loop.post, PREP_WORKERS, 1, "execproto-sandbox")
+        self._prep = Shares(loop.post, PREP_WORKERS, PREP_PER_SESSION, "execproto-sandbox")
         self.cleanups = 0  # sandbox finalizes on the pool: the stop waits for them
         self.on_cleaned: Callable[[], None] | None = None  # after each of those
         # Each process's cgroup (`_cgroups`), so that nothing it starts outlives it.
@@ -157,10 +163,12 @@ class Children:
                 child.signal_group("KILL")
                 self._release(Record(token=None, child=child))
             self._tree.finished(action.proc)
-            self._finalize_backend(action.proc, prepared.token, "failed", None, True)
+            self._finalize_backend(action.proc, prepared.token, "failed", None, True,
+                                   action.spec.session_id)
             return
         # From here the backend is owed exactly one finalize, whatever happened to the spawn.
-        record = self._records[action.proc] = Record(token=prepared.token)
+        record = self._records[action.proc] = Record(token=prepared.token,
+                                                     session_id=action.spec.session_id)
         if not isinstance(child, _posix.Child):  # the spawn failed
             self._tree.finished(action.proc)
             self._spawn_failed(action, self._spawn_failure(action, prepared, child))
@@ -378,12 +386,12 @@ class Children:
         self._tree.finished(action.proc)  # a terminated process leaves nothing behind
         if record is not None:
             self._finalize_backend(action.proc, record.token, action.status, action.exit_code,
-                                   action.timed_out)
+                                   action.timed_out, record.session_id)
 
     def _finalize_backend(self, proc: int, token: Any, status: str, exit_code: int | None,
-                          timed_out: bool) -> None:
-        """The backend's finalize; a sandbox's off the owner, in turn with the preparations
-        (its placeholders are theirs too)."""
+                          timed_out: bool, session_id: str) -> None:
+        """The backend's finalize; a sandbox's off the owner, in its session's share: a
+        session's cleanups take turns with its own starts, not everyone's."""
         def work() -> None:
             self.backend.finalize(token, status, exit_code, timed_out)
 
@@ -409,7 +417,7 @@ class Children:
             done(outcome)
             return
         self.cleanups += 1
-        self._prep.submit(None, work, cleaned)
+        self._prep.submit(session_id, work, cleaned)
 
     def _release(self, record: Record) -> None:
         """Stop watching the child, reap it and close whatever of its pipes is still open."""

@@ -112,17 +112,17 @@ class Server:
         files = Files(options.fs_roots, config.floor if config else None)
         self.driver = Driver(core, loop, files, backend, tune_heap=options.tune_heap)
         self.driver.on_failure = stopped
-        self.gate = Gate(config)
+        self.gate = Gate(config, tls=self.where.tls)
         self._acceptor: Acceptor | None = None
 
     def listen(self, connect: Connect) -> None:
         """Accept websocket clients, each handed to ``connect`` with its label (``IP:PORT``)
-        unless too many are still in their upgrade (then it is closed at once, keeping the
-        descriptor)."""
+        unless too many are still in their upgrade or, on ``wss://``, too many TLS handshakes
+        began (`Gate.admit`: then it is closed at once, keeping the descriptor)."""
         loop = self.driver.loop
 
         def accept(sock: socket.socket, address: Any) -> None:
-            if not self.gate.admit(loop.now()):
+            if not self.gate.admit(loop.now(), address[0]):
                 sock.close()
                 return
             connect(sock, f"{address[0]}:{address[1]}")

@@ -14,12 +14,14 @@ Its state is one `PeerState`, as wsproto's connection has one.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from execproto import (
     Config,
@@ -119,37 +121,155 @@ class WaterMarks:
         self._on_blocked = self._on_drained = _nothing
 
 
+# TLS handshakes (a key exchange and a signature each: half a millisecond of the owner's time
+# with RSA-2048 here, several with RSA-4096) that may begin from one address, a second and at
+# once; an IPv6 address counts by its /64, which one host is given whole.
+HANDSHAKES_PER_ADDRESS, HANDSHAKE_BURST = 32.0, 64.0
+# The share of the owner's time handshakes may take, measured, and the most they take at once,
+# in seconds: whatever the key costs, established connections keep the rest.
+HANDSHAKE_SHARE, HANDSHAKE_TIME_BURST = 0.25, 0.25
+# Seconds an address that presented the right token is trusted to be a client's: its handshakes
+# wait for no one else's (only for its own rate), so a flood from other addresses delays
+# nobody who is known.
+PROVEN_FOR = 600.0
+ADDRESSES = 4096  # addresses remembered (each kind), the oldest forgotten first
+# Wrong tokens waiting for their late answer; past this, the oldest is closed at once.
+REFUSED = 16
+QUIET = 10.0  # seconds between two lines saying handshakes were refused
+
+
+def _source(host: str) -> str:
+    """The address a connection's handshakes count against: its host, IPv6 by its /64."""
+    if ":" not in host:
+        return host
+    try:
+        address = ipaddress.IPv6Address(host)
+    except ValueError:
+        return host
+    if address.ipv4_mapped is not None:  # an IPv4 client of a dual-stack listener
+        return str(address.ipv4_mapped)
+    return str(ipaddress.IPv6Network((address, 64), strict=False))
+
+
+class _Bucket:
+    """A token bucket: ``rate`` a second, ``burst`` at most; spending may take it below 0."""
+
+    __slots__ = ("level", "at")
+
+    def __init__(self, burst: float, now: float) -> None:
+        self.level = burst
+        self.at = now
+
+    def left(self, now: float, rate: float, burst: float) -> float:
+        self.level = min(burst, self.level + (now - self.at) * rate)
+        self.at = now
+        return self.level
+
+
+def _remember(kept: dict[str, Any], key: str, value: Any) -> None:
+    """``value`` under ``key`` as the newest, the oldest forgotten past `ADDRESSES`."""
+    kept.pop(key, None)
+    kept[key] = value
+    if len(kept) > ADDRESSES:
+        del kept[next(iter(kept))]
+
+
 class Gate:
     """One server's bounds on connections still in their websocket upgrade.
 
     Past the cap, the oldest of them that has had `SPARE` seconds is closed to make room (an
     honest client finishes its upgrade in one round trip, and one with the token leaves the
-    gate at once); otherwise the newcomer is. A connection whose wrong token is being answered
-    late keeps its place: closing it early would tell its client the token was wrong sooner.
-    So half-open connections, however fast they come, give way to the clients that finish.
+    gate at once); otherwise the newcomer is. So half-open connections, however fast they come,
+    give way to the clients that finish.
+
+    A wrong token is answered late (`AUTH_DELAY`): closing its connection early would tell its
+    client sooner. Such connections wait apart (`refused`), not in the gate, so a flood of
+    wrong tokens holds no place an honest client needs; past `REFUSED`, the oldest is closed
+    at once, with no answer.
+
+    On a TLS listener every connection begins a handshake, and its signature is most of what
+    a flood of canned ClientHellos costs the server. So a connection is let in only within its
+    address's rate and, unless the address presented the right token lately, while handshakes
+    have taken less than their share of the owner's time (`spent`); otherwise it is closed at
+    the accept, before anything is read or computed. Both are token buckets, a few numbers per
+    address, `ADDRESSES` remembered at most.
     """
 
     SPARE = 0.05
 
-    def __init__(self, config: Config | None) -> None:
+    def __init__(self, config: Config | None, tls: bool = False) -> None:
+        """``tls``: the listener's connections begin with a TLS handshake."""
         config = config or Config()
+        self.tls = tls
         self.timeout = config.handshake_timeout
         self.send_timeout = config.send_timeout
         self.limit = config.max_upgrading
         self.upgrading: dict[WsPeer, float] = {}  # oldest first: peer -> when it arrived
+        self.refused: dict[WsPeer, None] = {}  # wrong tokens awaiting their answer, oldest first
         self.draining = False  # the server is draining: /readyz and upgrades answer 503
+        self._addresses: dict[str, _Bucket] = {}  # oldest first
+        self._proven: dict[str, float] = {}  # address -> when it last presented the token
+        self._time: _Bucket | None = None  # the owner's time left for handshakes, in seconds
+        self._refusals = 0  # handshakes refused since the last line said so
+        self._quiet_until = 0.0
 
-    def admit(self, now: float) -> bool:
-        """Whether a new connection may begin its upgrade; if not, close it at once."""
+    def admit(self, now: float, host: str | None = None) -> bool:
+        """Whether a new connection (from ``host``, if known) may begin its upgrade; if not,
+        close it at once."""
+        if self.tls and host is not None and not self._handshake(host, now):
+            return False
         if len(self.upgrading) < self.limit:
             return True
-        for peer, since in self.upgrading.items():
-            if now - since < self.SPARE:
-                return False  # and every later one is younger
-            if not peer.refusing:
-                peer.time_out(f"{self.limit} connections in their upgrade")
-                return True
+        peer, since = next(iter(self.upgrading.items()))
+        if now - since < self.SPARE:
+            return False  # and every later one is younger
+        peer.time_out(f"{self.limit} connections in their upgrade")
+        return True
+
+    def refuse(self, peer: WsPeer) -> None:
+        """``peer``'s wrong token waits for its answer apart, the oldest past `REFUSED` closed."""
+        self.upgrading.pop(peer, None)
+        self.refused[peer] = None
+        if len(self.refused) > REFUSED:
+            next(iter(self.refused)).cut_short()
+
+    def _handshake(self, host: str, now: float) -> bool:
+        """Whether a TLS handshake from ``host`` may begin now; its peer reports its cost."""
+        source = _source(host)
+        bucket = self._addresses.get(source) or _Bucket(HANDSHAKE_BURST, now)
+        _remember(self._addresses, source, bucket)
+        why = None
+        if bucket.left(now, HANDSHAKES_PER_ADDRESS, HANDSHAKE_BURST) < 1:
+            why = f"more than {HANDSHAKES_PER_ADDRESS:g} a second from {source}"
+        elif now - self._proven.get(source, -PROVEN_FOR) >= PROVEN_FOR:
+            if self._time is None:
+                self._time = _Bucket(HANDSHAKE_TIME_BURST, now)
+            if self._time.left(now, HANDSHAKE_SHARE, HANDSHAKE_TIME_BURST) <= 0:
+                why = f"handshakes took {HANDSHAKE_SHARE:.0%} of the server's time"
+        if why is None:
+            bucket.level -= 1
+            return True
+        self._refusals += 1
+        if now >= self._quiet_until:  # a line per refusal would cost more than the refusal
+            log.warning("TLS handshake from %s refused: %s (%d refused since the last such "
+                        "line)", host, why, self._refusals,
+                        extra={"fields": {"peer": host, "refused": "handshake rate",
+                                          "why": why, "count": self._refusals}})
+            self._refusals = 0
+            self._quiet_until = now + QUIET
         return False
+
+    def spent(self, seconds: float, now: float) -> None:
+        """A handshake's step took ``seconds`` of the owner's time."""
+        if self._time is None:
+            self._time = _Bucket(HANDSHAKE_TIME_BURST, now)
+        self._time.left(now, HANDSHAKE_SHARE, HANDSHAKE_TIME_BURST)
+        self._time.level -= seconds
+
+    def proven(self, label: str, now: float) -> None:
+        """A connection from ``label`` (``IP:PORT``) presented the right token (or none was
+        needed)."""
+        _remember(self._proven, _source(label.rsplit(":", 1)[0]), now)
 
 
 class Peer:
@@ -288,7 +408,6 @@ class WsPeer(Peer):
                                     draining=lambda: gate.draining)
         self._label = label
         self._gate: Gate | None = gate  # until the upgrade is done or the connection gone
-        self.refusing = False  # a wrong token's answer is waiting for AUTH_DELAY
         loop = connections.loop
         gate.upgrading[self] = loop.now()
         self._too_slow = loop.call_at(loop.now() + gate.timeout,
@@ -297,7 +416,8 @@ class WsPeer(Peer):
     def _upgraded(self) -> None:
         """Out of the upgrade, one way or another: the connection no longer counts as one."""
         if self._gate is not None:
-            del self._gate.upgrading[self]
+            self._gate.upgrading.pop(self, None)
+            self._gate.refused.pop(self, None)
             self._gate = None
             self._too_slow()
 
@@ -310,7 +430,17 @@ class WsPeer(Peer):
             self._close_starts()
             self.hang_up()
 
+    def cut_short(self) -> None:
+        """Close a connection whose wrong token waits for its answer, at once and with none."""
+        if self._gate is not None and self.state.writes:
+            log.debug("connection from %s closed: too many wrong tokens waiting", self._label)
+            self._upgraded()
+            self._close_starts()
+            self.hang_up()
+
     def opened(self, label: str) -> None:
+        if self._gate is not None:
+            self._gate.proven(self._label, self.connections.loop.now())
         self._upgraded()
         super().opened(label)
         if self.state.known:  # not when lost during its own upgrade (its 101's write failed)
@@ -331,7 +461,15 @@ class WsPeer(Peer):
         if self._tls is None:
             self._received(data, label)
             return
-        got = self._tls.receive(data)
+        if self._tls.handshaken or not data:
+            got = self._tls.receive(data)
+        else:
+            gate = self._gate
+            if gate is None:
+                return  # timed out or gone: no handshake is owed
+            began = time.thread_time()  # the owner's own time: what the others wait for
+            got = self._tls.receive(data)
+            gate.spent(time.thread_time() - began, self.connections.loop.now())
         if got.send:
             self._raw_write((got.send,))
         if got.failed is not None:
@@ -379,7 +517,8 @@ class WsPeer(Peer):
             log.warning("connection from %s refused: %s", label, got.refused,
                         extra={"fields": {"peer": label, "refused": got.refused}})
         if got.delayed:
-            self.refusing = True
+            if self._gate is not None:
+                self._gate.refuse(self)
             loop = self.connections.loop
             loop.call_at(loop.now() + AUTH_DELAY, lambda: self._refuse_late(bytes(got.send)))
             return
@@ -433,6 +572,7 @@ class WsPeer(Peer):
 
     def _refuse_late(self, answer: bytes) -> None:
         if self.state.writes:
+            self._upgraded()
             self._close_starts()
             self.write((answer,))
             self.hang_up()

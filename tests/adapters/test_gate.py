@@ -1,0 +1,108 @@
+"""The upgrade gate's bounds, with no I/O: TLS handshakes per address and in all, the addresses
+it remembers, and wrong tokens waiting for their answer apart (test_handshake_flood.py runs the
+floods against real servers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from execproto import Config, ServerCore
+from execproto.adapters._wire._connections import Connections
+from execproto.adapters._wire._peer import (
+    ADDRESSES,
+    HANDSHAKE_BURST,
+    HANDSHAKE_SHARE,
+    HANDSHAKE_TIME_BURST,
+    HANDSHAKES_PER_ADDRESS,
+    REFUSED,
+    Gate,
+    PeerState,
+    WsPeer,
+)
+
+from .test_auth import UPGRADE
+
+
+def admitted(gate: Gate, host: str, now: float, tries: int) -> int:
+    let_in = 0
+    for _ in range(tries):
+        if gate.admit(now, host):
+            let_in += 1
+            gate.upgrading.clear()  # as if each finished at once: only the rate counts here
+    return let_in
+
+
+def test_an_address_gets_its_burst_then_its_rate_and_others_are_not_held_up() -> None:
+    gate = Gate(Config(), tls=True)
+    burst = int(HANDSHAKE_BURST)
+    assert admitted(gate, "127.0.0.2", 0.0, burst * 2) == burst
+    assert admitted(gate, "127.0.0.1", 0.0, 10) == 10
+    assert admitted(gate, "127.0.0.2", 1.0, burst) == int(HANDSHAKES_PER_ADDRESS)
+
+
+def test_a_plain_listener_counts_no_handshakes() -> None:
+    gate = Gate(Config())
+    assert admitted(gate, "127.0.0.2", 0.0, int(HANDSHAKE_BURST) * 2) == HANDSHAKE_BURST * 2
+
+
+def test_an_ipv6_host_counts_by_its_64_and_a_mapped_ipv4_as_itself() -> None:
+    gate = Gate(Config(), tls=True)
+    burst = int(HANDSHAKE_BURST)
+    assert admitted(gate, "2001:db8::1", 0.0, burst) == burst
+    assert admitted(gate, "2001:db8::2:3", 0.0, 1) == 0  # the same /64
+    assert admitted(gate, "2001:db8:0:1::1", 0.0, 1) == 1
+    assert admitted(gate, "::ffff:10.0.0.1", 0.0, burst) == burst
+    assert admitted(gate, "10.0.0.1", 0.0, 1) == 0
+
+
+def test_past_the_share_only_addresses_that_gave_the_token_may_begin_one() -> None:
+    gate = Gate(Config(), tls=True)
+    gate.proven("127.0.0.1:5000", 0.0)
+    gate.spent(HANDSHAKE_TIME_BURST, 0.0)  # handshakes took all the time there was
+    assert admitted(gate, "127.0.0.2", 0.0, 1) == 0
+    assert admitted(gate, "127.0.0.1", 0.0, 1) == 1
+    # The share comes back with time.
+    assert admitted(gate, "127.0.0.2", 0.1 / HANDSHAKE_SHARE, 1) == 1
+
+
+def test_the_addresses_remembered_are_bounded() -> None:
+    gate = Gate(Config(), tls=True)
+    for i in range(ADDRESSES + 100):
+        gate.admit(0.0, f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
+        gate.proven(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}:1", 0.0)
+        gate.upgrading.clear()
+    assert len(gate._addresses) == len(gate._proven) == ADDRESSES
+    assert "10.0.0.0" not in gate._addresses  # the oldest were forgotten
+
+
+class Clock:
+    """The part of a `Loop` a peer uses: the time, and timers kept unfired."""
+
+    def __init__(self) -> None:
+        self.timers: list[Callable[[], None]] = []
+
+    def now(self) -> float:
+        return 0.0
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Callable[[], None]:
+        self.timers.append(callback)
+        return lambda: None
+
+
+def test_wrong_tokens_wait_apart_and_the_oldest_gives_way() -> None:
+    clock = Clock()
+    core = ServerCore()
+    connections = Connections(clock, lambda event: None, lambda: core)  # type: ignore[arg-type]
+    gate = Gate(Config())
+    hung_up: list[int] = []
+    peers = []
+    for i in range(REFUSED + 3):
+        peer = WsPeer(connections, lambda parts: None, lambda i=i: hung_up.append(i),
+                      "the-token", gate, f"127.0.0.1:{i}", abort=lambda: None, ping_interval=30)
+        peer.received(UPGRADE + b"Authorization: Bearer nope\r\n\r\n", f"127.0.0.1:{i}")
+        peers.append(peer)
+    # None holds a place in the gate; past REFUSED the oldest were closed at once, unanswered.
+    assert gate.upgrading == {}
+    assert list(gate.refused) == peers[3:]
+    assert hung_up == [0, 1, 2]
+    assert all(peer.state is PeerState.REFUSING for peer in peers[:3])

@@ -53,10 +53,11 @@ READ_SIZE = 256 << 10
 # Sandboxes are set up and cleaned up off the owner (deny patterns alone may look at 50,000
 # directory entries), sessions in turn, one start or cleanup of a session at a time. Several at
 # once (the backend's placeholders are safe to share, `_bwrap.Placeholders`): on one worker,
-# two sessions of costly starts kept another client's `true` waiting over a minute; with four,
-# two such sessions leave two workers free, and more wait at most a start's budget each
-# (`_bwrap.MAX_SECONDS`).
-PREP_WORKERS = 4
+# two sessions of costly starts kept another client's `true` waiting over a minute. With eight,
+# four such sessions leave four workers free (bench/attack.py: the probe's p99 0.6 s; with
+# four workers, 1.9 s), and past eight another client's start waits at most a start's budget
+# (`_bwrap.MAX_SECONDS`). A thread costs little; they contend for the GIL only while busy.
+PREP_WORKERS = 8
 PREP_PER_SESSION = 1
 # What ends input on a terminal: closing our copy of the pty would not, as the reader of
 # the other side only sees end-of-file when the line discipline gets ^D.

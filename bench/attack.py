@@ -1,4 +1,4 @@
-"""Replays the attacks of issues 16 and 22 at a live server, each for a bounded time, and reports.
+"""Replays the attacks of issues 16, 22 and 32 at a live server, each for a bounded time, and reports.
 
 For each adapter: a server on loopback with a bearer token (and ``--sandbox bwrap`` where
 bubblewrap runs, see ``--sandbox``), then one attack after another. While an attack runs, the
@@ -53,6 +53,9 @@ KEPT_30_S = ("retained output, 1,500 x 1 MiB",)
 RSS_LIMIT, PROBE_LIMIT, AFTER_LIMIT, FDS_SLACK = 600.0, 1.0, 50.0, 4
 MIB = 1 << 20
 PROBE_PAUSE = 0.05  # between probe rounds
+# The servers' --writable-root (under --sandbox bwrap), where the sandbox-setup attack's
+# missing paths get placeholders made on the host; set by main().
+WRITABLE = Path(tempfile.gettempdir())
 
 
 # -- a minimal client: frames with a zero mask, parsed by hand ------------------------------------
@@ -270,6 +273,7 @@ class Server:
             [sys.executable, "-m", "execproto.adapters", "serve", "--listen", "ws://127.0.0.1:0",
              "--adapter", adapter, "--auth-token-file", str(token_file), "--kill-grace", "0.5",
              "--sandbox", sandbox, "--log-level", "ERROR",
+             *(("--writable-root", str(WRITABLE)) if sandbox == "bwrap" else ()),
              "--drain-grace", "0"],  # the attacks leave processes running at the stop
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         assert self.process.stdout is not None
@@ -716,6 +720,48 @@ def missing_paths_setup(url: str, stop: threading.Event) -> Note:
                           extra={"sandbox": profile(tmp, entries)})
 
 
+def prep_sessions(url: str, stop: threading.Event) -> Note:
+    """Issue 32, sandbox setup shared: four sessions, 6 starts in flight each, 600 at most:
+    two of `true` under the dearest sandbox the budget allows (60 missing paths under the
+    writable root, placeholders made on the host; 70 rules 120 components deep; 120 deny
+    patterns looking at ~46,000 entries), two past it (254 missing 4 KB paths)."""
+    with tempfile.TemporaryDirectory(prefix="attack-prep-", dir=WRITABLE) as tmp:
+        (Path(tmp) / "tree").mkdir()
+        for i in range(190):
+            (Path(tmp) / "tree" / f"f{i}").touch()
+        writable = [ROOT_READ, {"path": {"type": "special", "value": {"kind": "project_roots"}},
+                                "access": "write"}]
+        deep = "/".join(["a"] * 120)
+        costly = [*writable, *({"path": {"type": "path", "path": uri(f"{tmp}/p{i}-{'q' * 200}")},
+                                "access": "none"} for i in range(60)),
+                  *({"path": {"type": "path", "path": uri(f"/nonexistent-{i}/{deep}")},
+                     "access": "read"} for i in range(70)),
+                  *({"path": {"type": "glob_pattern", "pattern": f"{tmp}/tree/**/x{i}*.env"},
+                     "access": "none"} for i in range(120))]
+        long = "/".join(["m" * 255] * 15)
+        past = [*writable, *({"path": {"type": "path", "path": uri(f"{tmp}/s{i}/{long}")},
+                              "access": "none"} for i in range(254))]
+        notes: list[Note] = []
+
+        def session(entries: list[dict[str, Any]]) -> None:
+            notes.append(start_many(url, stop, total=600, window=6, argv=["true"],
+                                    extra={"sandbox": profile(tmp, entries), "cwd": uri(tmp)}))
+
+        threads = [threading.Thread(target=session, args=(entries,), daemon=True)
+                   for entries in (costly, costly, past, past)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for _ in range(100):  # the last sandboxes' cleanups, after their sessions left
+            left = [name for name in os.listdir(tmp) if name != "tree"]
+            if not left:
+                break
+            time.sleep(0.1)
+    return Note("; ".join(note.text for note in notes)
+                + f"; placeholders left on the host: {len(left)}", met=not left)
+
+
 def start_flood(url: str, stop: threading.Event) -> Note:
     """Issue 22, start flood: `true` started as fast as answered, 16 at a time, 10,000 in all,
     every processId new; the closes read."""
@@ -935,6 +981,7 @@ ATTACKS: dict[str, Attack] = {
     "deny-glob setup stall": deny_glob_setup,
     "long subpath setup": long_subpath_setup,
     "254 missing 4 KB paths setup": missing_paths_setup,
+    "sandbox setup, 4 sessions of costly starts": prep_sessions,
     "start flood, 10,000 true": start_flood,
     "huge JSON message, 57 MiB": huge_json,
     "retained output, 1,500 x 1 MiB": retained_output,
@@ -1057,7 +1104,10 @@ def main() -> int:
     print(f"<!-- servers run with --sandbox {sandbox}; {args.seconds:g} s per attack -->")
     print(HEADER)
     any_missed = False
+    global WRITABLE
     with tempfile.TemporaryDirectory() as tmp:
+        WRITABLE = Path(tmp) / "writable"
+        WRITABLE.mkdir()
         token_file = Path(tmp) / "token"
         token_file.write_text(TOKEN + "\n")
         for adapter in args.adapters.split(","):

@@ -133,12 +133,13 @@ class ProcessHandlers(CoreState):
                 raise invalid_request(
                     f"too many processes: one {key[0]} runs at most {share} of the server's "
                     f"{self.config.max_processes} at once; wait for some to close")
+        self._check_descriptors(_descriptors.PER_PROCESS)
+        # Last: nothing is taken from another client for a start refused all the same.
         if len(counted) >= self.config.max_processes and not self._reclaim(session, held):
             raise invalid_request(
                 f"too many processes: this server runs at most {self.config.max_processes} "
                 "at once; wait for some to close"
             )
-        self._check_descriptors(_descriptors.PER_PROCESS)
 
     def _reclaim(self, session: Session, held: Counter[_shares.Key]) -> bool:
         """The server is full: a client that left holds no more of it than the one asking.

@@ -167,13 +167,19 @@ def deepest(index: dict[str, PathRule], path: str) -> PathRule:
     return index[path]
 
 
+# The host kernel's knobs, read-only in every sandbox whatever a profile grants (as the
+# sandbox's own /proc keeps /proc/sys): one granted `/` could otherwise retune the host, or
+# write its pid into the root cgroup's cgroup.procs and leave its cgroup.
+KERNEL_KNOBS = ("/sys",)
+
+
 def narrow(floor: Policy | None, request: Policy | None, secrets: Iterable[str] = (),
            protected: Iterable[str] = ()) -> Policy | None:
     """The policy that applies when the operator's ``floor`` meets a client's ``request``
     (``None`` on either side: that side restricts nothing), with the server's ``secrets``
-    denied in it and its ``protected`` files (what it runs) read-only, each with everything
-    beneath it."""
+    denied in it and its ``protected`` files (what it runs) and the kernel's knobs
+    read-only, each with everything beneath it."""
     effective = request if floor is None else floor.narrow(request)
     if effective is None:
         return None
-    return effective.hiding(secrets).capped(protected, "read")
+    return effective.hiding(secrets).capped((*protected, *KERNEL_KNOBS), "read")

@@ -9,6 +9,7 @@ counted. Bounded: every wait is a poll of at most a few seconds.
 
 from __future__ import annotations
 
+import base64
 import random
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from .conftest import Server, eventually, start
-from .sandboxes import BWRAP_PROBLEM, IS_ROOT, read_only, run
+from .sandboxes import BWRAP_PROBLEM, IS_ROOT, profile, read_only, run
 
 pytestmark = pytest.mark.skipif(not IS_ROOT, reason="cgroups are made by a root server here")
 
@@ -66,6 +67,33 @@ def test_a_terminate_leaves_no_descendant(kind: str) -> None:
     server = Server("asyncio", "--kill-grace", "0.5")
     try:
         client = _started(server, SANDBOXES[kind](), tag)
+        client.call("process/terminate", {"processId": "tree"})
+        client.events_until_closed("tree")
+        assert _none_left(tag), _left(tag)
+    finally:
+        server.stop()
+
+
+def test_a_sandboxed_process_cannot_leave_its_cgroup_even_with_every_path_writable() -> None:
+    # Its cgroup namespace is rooted at its own cgroup and it has no capabilities, so the
+    # host's cgroup files it can write (a profile granting write on `/`) move it nowhere. (An
+    # unsandboxed process running as root can leave, as it can kill the server: the README.)
+    if BWRAP_PROBLEM is not None:
+        pytest.skip(BWRAP_PROBLEM)
+    tag = str(random.randrange(10**6, 10**7))
+    root_write = profile("/tmp", [{"path": {"type": "special", "value": {"kind": "root"}},
+                                   "access": "write"}])
+    # To the root of the cgroup v2 hierarchy, where the server's cgroups are.
+    leave = ("for top in $(awk '$3 == \"cgroup2\" {print $2}' /proc/mounts); do "
+             "echo $$ > $top/cgroup.procs 2>/dev/null && echo moved $top; done; ")
+    server = Server("asyncio", "--kill-grace", "0.5")
+    try:
+        client = server.client()
+        reply = start(client, "tree", ["sh", "-c", leave + _tree(tag)], sandbox=root_write)
+        assert "result" in reply, reply
+        said = client.notification(lambda m: m["method"] == "process/output", timeout=10)
+        assert b"moved" not in base64.b64decode(said["params"]["chunk"]), said
+        assert eventually(lambda: len(_left(tag)) >= 4), "the tree did not start"
         client.call("process/terminate", {"processId": "tree"})
         client.events_until_closed("tree")
         assert _none_left(tag), _left(tag)

@@ -55,11 +55,20 @@ def test_a_client_can_narrow_the_floor_but_never_widen_it() -> None:
 
 
 def test_no_floor_means_the_request_as_asked() -> None:
+    # As asked, but that the kernel's knobs are held read-only (a cap, here taking nothing).
     asked = policy(**{"/": "read"})
-    assert narrow(None, asked) is asked
+    assert narrow(None, asked).rules == asked.rules  # type: ignore[union-attr]
     assert narrow(None, None) is None
     floor = policy(**{"/": "read"})
-    assert narrow(floor, None) == floor
+    assert narrow(floor, None).rules == floor.rules  # type: ignore[union-attr]
+
+
+def test_the_kernels_knobs_are_read_only_whatever_a_profile_grants() -> None:
+    everything = policy(**{"/": "write", "/sys/fs/cgroup": "write"})
+    held = narrow(None, everything)
+    assert held is not None
+    assert held.access("/sys/fs/cgroup/cgroup.procs") == "read"
+    assert held.access("/sys") == "read" and held.access("/tmp") == "write"
 
 
 def test_deny_patterns_from_both_sides_are_kept() -> None:
@@ -99,7 +108,7 @@ def test_the_servers_secrets_are_denied_in_every_effective_policy() -> None:
         assert effective.can_read("/etc/execproto/other")
     # No sandbox at all stays none: an unsandboxed process is not confined by secrets.
     assert narrow(None, None, secrets) is None
-    assert narrow(None, asked, ()) is asked
+    assert narrow(None, asked, ()) == asked.capped(["/sys"], "read")  # the kernel's knobs
 
 
 def test_a_deeper_grant_reopens_nothing_of_a_secret_or_a_protected_place() -> None:

@@ -80,11 +80,16 @@ What happens when
 - *session detached* (its connection closed): what would answer on it later (waiting reads,
   start answers, fs and http calls) is dropped, as nothing is sent to a closed connection; every
   live process not stopping is held; pauses and the held total are synced; EXPIRE due after
-  ``session_ttl``. Output goes on into the logs.
+  ``session_ttl``. Output goes on into the logs. Past ``max_detached_sessions``, the oldest
+  detached session of the address holding the most expires at once. While the server runs
+  ``max_processes``, a start from a client holding fewer terminates the oldest live process of
+  a detached session of the address holding the most (`_shares`), as ``timed_out``.
 - *connection opened*: GREET due after ``handshake_timeout``, cancelled once its
   ``initialize`` is answered or it closes; when due, a connection still without one is closed
   (1008), so connections that never initialize cannot hold every place. Past
-  ``max_connections`` the oldest of those that had ``MAKE_ROOM_AFTER`` makes room (1013).
+  ``max_connections`` the oldest of those that had ``MAKE_ROOM_AFTER`` makes room (1013), else
+  for a newcomer from another address the oldest initialized connection of the address
+  holding over half (`_shares`; 1013: its session detaches).
 - *resumed* (``initialize`` with ``resumeSessionId``; DETACHED only, ATTACHED is refused with
   -32010 and nothing changes): EXPIRE cancelled; with output acks every live process not
   stopping is held; pauses (the new connection may be blocked) and the held total (it no longer

@@ -967,6 +967,170 @@ def base64_before_initialize(url: str, stop: threading.Event) -> None:
     sender.join(5)
 
 
+# -- issue 32, item 7: handshakes cannot starve token holders -------------------------------------
+
+ATTACKER = "127.0.0.2"  # Linux answers all of 127/8 on loopback: the attacker is another host
+ADAPTER = ["asyncio"]  # the adapter under test, for the attacks that start a server of their own
+
+
+def from_attacker(port: int, timeout: float = 1.0) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.bind((ATTACKER, 0))
+        sock.connect(("127.0.0.1", port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def honest_rounds(connect: Callable[[], None], stop: threading.Event,
+                  what: Callable[[], str]) -> Note:
+    """Honest clients, 10 a second until stop, each given 5 s by ``connect``: how many got in,
+    and their p50 and p99, then ``what()`` the attack says of itself. Target: 90 % in."""
+    times: list[float] = []
+    tried = [0]
+    lock = threading.Lock()
+
+    def one() -> None:
+        began = time.monotonic()
+        try:
+            connect()
+        except (OSError, EOFError, AssertionError, ValueError):
+            return
+        finally:
+            with lock:
+                tried[0] += 1
+        with lock:
+            times.append(time.monotonic() - began)
+
+    threads, began, tick = [], time.monotonic(), 0
+    while not stop.is_set() and tick < 10_000:
+        tick += 1
+        threads.append(in_background(one))
+        stop.wait(max(0.0, began + tick * 0.1 - time.monotonic()))
+    for thread in threads:
+        thread.join(6)
+    ratio = len(times) / tried[0] if tried[0] else 0.0
+    return Note(f"honest clients: {len(times)} of {tried[0]} got in ({ratio:.0%}, target 90 %), "
+                f"p50 {percentile(times, 0.5):.3f} s, p99 {percentile(times, 0.99):.3f} s; "
+                f"{what()}", met=ratio >= 0.9)
+
+
+def client_hello() -> bytes:
+    """Python's own ClientHello, captured once: replayed, each costs the server a signature."""
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    outgoing = ssl.MemoryBIO()
+    tls = context.wrap_bio(ssl.MemoryBIO(), outgoing, server_hostname="127.0.0.1")
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+def client_hello_flood(url: str, stop: threading.Event) -> Note:
+    """Issue 32, item 7: canned ClientHellos from 127.0.0.2 (2 threads: connect, send, read a
+    bit, close) at a wss:// server of the same adapter with an RSA-2048 key (cert-manager's
+    default), started for this attack, while honest clients (TLS, the valid token,
+    initialize) try 10 a second. The probe columns are the ws:// server's, not this one's."""
+    import ssl
+
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-keyout", "key.pem", "-out", "cert.pem", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1"],
+                       cwd=tmp, check=True, capture_output=True, timeout=60)
+        (Path(tmp) / "token").write_text(TOKEN + "\n")
+        server = subprocess.Popen(
+            [sys.executable, "-m", "execproto.adapters", "serve", "--listen",
+             "wss://127.0.0.1:0", "--adapter", ADAPTER[0], "--tls-cert", f"{tmp}/cert.pem",
+             "--tls-key", f"{tmp}/key.pem", "--auth-token-file", f"{tmp}/token",
+             "--log-level", "ERROR", "--drain-grace", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert server.stdout is not None
+            port = int(server.stdout.readline().strip().rsplit(":", 1)[1])
+            context = ssl.create_default_context(cafile=f"{tmp}/cert.pem")
+            hello = client_hello()
+            counts = [0, 0]  # sent, answered with the server's first flight
+
+            def flood() -> None:
+                for _ in range(1_000_000):
+                    if stop.is_set():
+                        return
+                    try:
+                        with from_attacker(port) as sock:
+                            sock.sendall(hello)
+                            counts[1] += bool(sock.recv(4096))
+                    except OSError:
+                        pass
+                    counts[0] += 1
+
+            def honest() -> None:
+                raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+                with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+                    sock.sendall(upgrade(TOKEN))
+                    got = b""
+                    for want in (b"\r\n\r\n", b'"sessionId"'):  # the 101, then initialize
+                        if want != b"\r\n\r\n":
+                            assert got.startswith(b"HTTP/1.1 101"), got[:40]
+                            sock.sendall(rpc(1, "initialize", {"clientName": "honest"}))
+                        while want not in got:
+                            more = sock.recv(65536)
+                            if not more:
+                                raise EOFError("closed by the server")
+                            got += more
+
+            attackers = [in_background(flood) for _ in range(2)]
+            note = honest_rounds(honest, stop, lambda: f"{counts[0]} hellos sent, "
+                                 f"{counts[1]} answered")
+            for thread in attackers:
+                thread.join(10)
+            return note
+        finally:
+            server.terminate()
+            server.wait(20)
+
+
+def wrong_token_flood(url: str, stop: threading.Event) -> Note:
+    """Issue 32, item 7: wrong tokens from 127.0.0.2 (2 threads), each connection left open
+    for its late answer, 200 held at most per thread, while honest clients (the valid token,
+    initialize) try 10 a second."""
+    port = address(url)[1]
+    sent = [0]
+
+    def flood() -> None:
+        held: deque[socket.socket] = deque()
+        try:
+            for _ in range(1_000_000):
+                if stop.is_set():
+                    return
+                try:
+                    sock = from_attacker(port)
+                    sock.sendall(upgrade("wrong"))
+                    held.append(sock)
+                except OSError:
+                    pass
+                sent[0] += 1
+                if len(held) > 200:
+                    held.popleft().close()
+        finally:
+            for sock in held:
+                sock.close()
+
+    attackers = [in_background(flood) for _ in range(2)]
+    note = honest_rounds(lambda: Client(url, timeout=5).sock.close(), stop,
+                         lambda: f"{sent[0]} wrong tokens sent")
+    for thread in attackers:
+        thread.join(10)
+    return note
+
+
 Attack = Callable[[str, threading.Event], Note | None]
 ATTACKS: dict[str, Attack] = {
     "1,100 half-open connections": half_open,
@@ -992,6 +1156,8 @@ ATTACKS: dict[str, Attack] = {
     "fs pool starvation, 60 walks in flight": walks_in_flight,
     "trickling http, 8 calls": trickling_http,
     "base64 before initialize, 4 x 45 MiB": base64_before_initialize,
+    "ClientHello flood, RSA-2048": client_hello_flood,
+    "wrong-token flood, held open": wrong_token_flood,
 }
 
 
@@ -1111,6 +1277,7 @@ def main() -> int:
         token_file = Path(tmp) / "token"
         token_file.write_text(TOKEN + "\n")
         for adapter in args.adapters.split(","):
+            ADAPTER[0] = adapter
             server = Server(adapter, token_file, sandbox)
             try:
                 base = warm_up(server)

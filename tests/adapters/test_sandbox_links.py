@@ -165,3 +165,17 @@ def test_an_operators_symlink_to_the_workspace_is_followed(plain: Client,
     ran = run(plain, "echo x > written", workspace_write(str(link)), cwd=str(link))
     assert ran.exit_code == 0, ran
     assert (workspace / "written").read_text() == "x\n"
+
+
+def test_a_placeholder_made_deep_cannot_be_carried_off_by_renaming_its_new_parent(
+        plain: Client, places: dict[str, Path]) -> None:
+    # A protected path whose parents are missing too: the stage makes them, and pins them as
+    # the server pins those that were there, so `mv a a2` cannot take the cover along and let
+    # the command make the protected path afresh for the next command to trust.
+    workspace = places["workspace"]
+    protected = workspace / "a" / "b" / ".codex"
+    sandbox = profile(str(workspace), [ROOT_READ, WORKSPACE, path_entry(str(protected), "read")])
+    ran = run(plain, "mv a a2; mkdir -p a/b/.codex && echo planted > a/b/.codex/config",
+              sandbox, cwd=str(workspace))
+    assert not (protected / "config").exists(), ran
+    assert not (workspace / "a2").exists(), ran

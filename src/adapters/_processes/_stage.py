@@ -196,7 +196,17 @@ class Stage:
             attach(clone_tree(target), target)
 
     def placeholder(self, path: str, access: str = "") -> None:
-        target = self._make(path, is_dir=True)
+        made: list[str] = []
+        target = self._make(path, is_dir=True, made=made)
+        on_the_way = [directory for directory in made if directory != "/" + path.strip("/")]
+        if not self.made_root and on_the_way:
+            # Directories made on the way are pinned, as the server pins those that were
+            # there (`pin`): renaming one would carry the cover off, and the command could
+            # make the protected path anew beneath a fresh one.
+            for directory in on_the_way:
+                here = openat2(self.root, directory.lstrip("/"))
+                attach(clone_tree(here), here)
+            target = openat2(self.root, path.lstrip("/"))
         attach(tmpfs(read_only=True, mode="0555"), target)
 
     def finish(self) -> None:
@@ -218,10 +228,11 @@ class Stage:
             raise Changed(f"{path} changed while the sandbox was set up")
         return target
 
-    def _make(self, path: str, is_dir: bool) -> int:
+    def _make(self, path: str, is_dir: bool, made: list[str] | None = None) -> int:
         """``path`` beneath the staged root, each missing piece made relative to its parent's
         descriptor: a directory with mkdirat, a file with O_CREAT|O_EXCL (neither follows or
-        truncates anything); a symlink on the way is refused."""
+        truncates anything); a symlink on the way is refused. The directories it made are
+        added to ``made``, shallow first."""
         parts = [part for part in path.split("/") if part]
         here = self.root
         for index, part in enumerate(parts):
@@ -235,6 +246,8 @@ class Stage:
             if is_dir or not last:
                 try:
                     os.mkdir(part, 0o755, dir_fd=here)
+                    if made is not None:
+                        made.append("/" + "/".join(parts[:index + 1]))
                 except FileExistsError:
                     pass  # made meanwhile: opened below, through no symlink
             else:

@@ -11,7 +11,6 @@ from typing import Any
 from execproto import SpawnSpec
 from execproto.adapters.backends import ExecSpec, Refused
 
-
 SLOW_CLEANUP = 2.0  # seconds
 
 

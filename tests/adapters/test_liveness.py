@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from wsproto.events import Ping, TextMessage
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import Ping, Request, TextMessage
 
-from execproto.adapters._wire._ws import MAX_FRAGMENTS, MAX_PINGS
+from execproto.adapters._wire._ws import MAX_FRAGMENTS, MAX_PINGS, ServerSocket
 
 from .conftest import STARVED, Server, served, start
 from .test_limits import rss_mib
@@ -89,3 +90,23 @@ def closed_by_server(client: Client, code: int) -> None:
         assert closed.code == code, closed
     except OSError:
         pass  # reset: the close frame went, and the rest of what we sent was never read
+
+
+def test_one_large_frame_read_in_thousands_of_pieces_is_one_fragment() -> None:
+    # A slow link cuts a message's one frame into as many reads as it likes: the pieces are
+    # not fragments, and the message arrives whole.
+    server = ServerSocket()
+    client = WSConnection(ConnectionType.CLIENT)
+    upgrade = client.send(Request(host="localhost", target="/"))
+    answered = server.receive(upgrade)
+    assert answered.send.startswith(b"HTTP/1.1 101"), answered.send
+    client.receive_data(answered.send)
+    list(client.events())
+    body = "x" * (MAX_FRAGMENTS * 4 * 64)  # one frame, read 64 bytes at a time
+    wire = client.send(TextMessage(data=body))
+    messages: list[object] = []
+    for at in range(0, len(wire), 64):
+        got = server.receive(wire[at:at + 64])
+        assert not got.closed, got.send
+        messages += got.messages
+    assert messages == [body]

@@ -91,7 +91,7 @@ class _State:
 
 class Globs:
     """``patterns`` compiled once: `denies` says what the module's `denies` says, for many paths.
-    Not thread-safe: one per call (a call runs on one thread)."""
+    One thread at a time (a call runs on one; a watch's checks on one at a time)."""
 
     def __init__(self, patterns: Iterable[str]) -> None:
         self.patterns = tuple(patterns)
@@ -109,11 +109,12 @@ class Globs:
         return bool(names) and self._state(names) is self._denied
 
     def _state(self, names: tuple[str, ...]) -> _State:
-        known = len(names) - 1  # the deepest ancestor remembered
-        while names[:known] not in self._at:
+        at = self._at
+        known = len(names) - 1  # the deepest ancestor remembered ("/" always is)
+        while (found := at.get(names[:known])) is None:
             known -= 1
-        state = self._at[names[:known]]
-        if len(self._at) > _REMEMBERED:
+        state = found
+        if len(at) > _REMEMBERED:
             self._at = {(): self._start}
         for depth in range(known, len(names)):
             state = self._step(state, names[depth])

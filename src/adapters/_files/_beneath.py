@@ -16,16 +16,25 @@ import errno
 import os
 import posixpath
 import stat
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from execproto import INTERNAL_ERROR, INVALID_REQUEST, Policy, RpcError
-from execproto.policy import RANK, denies, pinned
+from execproto.policy import RANK, Globs, pinned
 
 from .._processes._posix import readlink
 
 MAX_LINKS = 40  # as the kernel: more symlinks than this on one path is a loop (ELOOP)
 RETRIES = 8  # resolutions of one path raced by a swap before the call gives up with ELOOP
 _DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+# What one call may cost, whoever asks: a walk or a recursive copy or remove under 250 deny
+# patterns took minutes, and its thread the others' share of the interpreter. The patterns are
+# compiled once per call (`Globs`), each path checked against all of them counts as that many
+# checks, and the loops look at the processor time the call's thread has used (`Scope.spent`):
+# not the wall clock, so a call waiting on a slow disk, or for the interpreter while others
+# run, is not stopped for what it did not cost.
+MAX_GLOB_CHECKS = 10_000_000  # patterns × paths: 256 patterns over 39,000 paths
+CALL_SECONDS = 10.0
 
 _DENIED = {
     "read": RpcError(INVALID_REQUEST, "Permission denied (os error 13)"),
@@ -148,6 +157,16 @@ def real(path: str, *, follow: bool = True, make: bool = False) -> str:
 
 # -- the check ---------------------------------------------------------------------------------
 
+class Exhausted(Exception):
+    """A call ran out of its budget (`MAX_GLOB_CHECKS`, `CALL_SECONDS`): it stops, and its
+    answer is ``error``. Not an `RpcError`, so no loop that skips a path it may not see (a
+    walk's invisible links, a listing's) mistakes it for one."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.error = RpcError(INVALID_REQUEST, message)
+
+
 def _beneath(path: str, top: str) -> bool:
     return top == "/" or path == top or path.startswith(top + "/")
 
@@ -160,8 +179,9 @@ def resolved_policy(policy: Policy, floor: Policy | None) -> Policy:
     return pinned(policy, readlink, floor).narrow(floor)
 
 
-def _tree(directory: int, name: str) -> list[str]:
-    """The paths (relative to ``name``) of everything in the directory ``name``."""
+def _tree(directory: int, name: str, spent: Callable[[], None]) -> list[str]:
+    """The paths (relative to ``name``) of everything in the directory ``name``; ``spent`` is
+    asked at each directory."""
     listed = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     found: list[str] = []
     todo = [(os.open(name, listed, dir_fd=directory), "")]
@@ -169,6 +189,7 @@ def _tree(directory: int, name: str) -> list[str]:
         while todo:
             fd, prefix = todo.pop()
             try:
+                spent()
                 with os.scandir(fd) as listing:
                     for entry in listing:
                         relative = posixpath.join(prefix, entry.name)
@@ -191,6 +212,36 @@ class Scope:
         self.roots = tuple(roots)
         self.policy = policy
         self.confined = bool(roots) or policy is not None
+        self._globs: Globs | None = None  # the deny patterns, compiled at the first check
+        self._began: float | None = None  # the call's thread's processor time, once budgeted
+        self._checks = 0
+
+    def budgeted(self) -> Scope:
+        """Hold this scope to one call's budgets, from now, on this thread (`Files.run`). A
+        scope that outlives a call (a watch's, polled on another thread) has none."""
+        self._began = time.thread_time()
+        return self
+
+    def spent(self) -> None:
+        """Raise `Exhausted` once the call has used `CALL_SECONDS`: asked in every loop that
+        looks at paths (a walk's, a tree's check, each check under deny patterns)."""
+        if self._began is not None and time.thread_time() - self._began > CALL_SECONDS:
+            raise Exhausted(f"the call used its time budget of {CALL_SECONDS:g} s of processor "
+                            "time and was stopped")
+
+    def _denies(self, path: str) -> bool:
+        assert self.policy is not None
+        if self._globs is None:
+            self._globs = Globs(self.policy.deny_globs)
+        if self._began is not None:
+            patterns = len(self._globs.patterns)
+            self._checks += patterns
+            if self._checks > MAX_GLOB_CHECKS:
+                raise Exhausted(
+                    f"the call looked at more paths than its {patterns} deny patterns allow: "
+                    f"at most {MAX_GLOB_CHECKS:,} pattern checks (patterns × paths) per call")
+            self.spent()
+        return self._globs.denies(path)
 
     def granted(self, path: str, *, deep: bool = False) -> str:
         """The access the policy grants the real ``path``; ``deep``: also everything beneath it
@@ -202,7 +253,7 @@ class Scope:
         if deep:
             below = [r.access for r in policy.rules if r.path.startswith(path.rstrip("/") + "/")]
             access = min([access, *below], key=RANK.__getitem__)
-        if policy.deny_globs and denies(policy.deny_globs, path):
+        if policy.deny_globs and self._denies(path):
             return "none"
         return access
 
@@ -213,7 +264,7 @@ class Scope:
         anything beneath, so the call touches all of the tree or none of it."""
         if self.policy is None or not self.policy.deny_globs:
             return  # deeper rules are checked by `granted(deep=True)`; nothing else to find
-        for relative in _tree(directory, name):
+        for relative in _tree(directory, name, self.spent):
             for top, need in pairs:
                 where = posixpath.join(top, relative)
                 self.check(where, where, need)

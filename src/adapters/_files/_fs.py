@@ -32,7 +32,7 @@ from execproto.policy import PlantedLink
 
 from .._processes._posix import os_error_text
 from . import _envconfig, _skills
-from ._beneath import Scope, resolved_policy
+from ._beneath import Exhausted, Scope, resolved_policy
 from ._copy import copy_file, copy_tree
 from ._opening import NotAFile, open_checked
 from ._walk import Abandoned, walk
@@ -103,10 +103,12 @@ class Files:
         if not self._wanted(conn):
             return None, gone
         try:
-            scope = self.scope(request.sandbox)
+            scope = self.scope(request.sandbox).budgeted()
             return self._run[request.method](conn, request.params, scope), None
         except Abandoned:  # a walk whose connection closed while it ran
             return None, gone
+        except Exhausted as exc:  # the call's budgets (`_beneath.MAX_GLOB_CHECKS`, `CALL_SECONDS`)
+            return None, exc.error
         except RpcError as error:
             return None, error
         except OSError as exc:

@@ -58,7 +58,8 @@ def walk(root: str, p: dict[str, Any], scope: Scope,
     """Walk ``root`` within ``scope``: what it denies is not listed, descended or reported.
     Each directory is opened through the scope at its real path, and its children looked at by
     descriptor. OSError about the root itself propagates; everything below becomes an entry of
-    ``errors``. ``wanted`` is asked before each directory; once it says no, `Abandoned`."""
+    ``errors``. ``wanted`` is asked before each directory; once it says no, `Abandoned`. A walk
+    past the scope's budgets raises `Exhausted` (`Scope.spent`), whatever it found so far."""
     entries = io.StringIO()  # the entries, each written as it is found
     errors: list[dict[str, str]] = []
 
@@ -103,6 +104,7 @@ def walk(root: str, p: dict[str, Any], scope: Scope,
                 with os.scandir(fd) as listing:
                     children = sorted(listing, key=lambda entry: os.fsencode(entry.name))
                 for child in children:
+                    scope.spent()
                     path = os.path.join(directory, child.name)
                     if not child.is_symlink() and not scope.allows(
                             os.path.join(real, child.name), "read"):

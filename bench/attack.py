@@ -1,4 +1,4 @@
-"""Replays the attacks of issues 16, 22 and 32 at a live server, each for a bounded time, and reports.
+"""Replays the attacks of issues 16, 22 and 32 at a live server, each for a bounded time.
 
 For each adapter: a server on loopback with a bearer token (and ``--sandbox bwrap`` where
 bubblewrap runs, see ``--sandbox``), then one attack after another. While an attack runs, the
@@ -49,7 +49,7 @@ SETTLE = 10.0  # seconds after the attackers leave before RSS is measured again
 # Attacks whose leftovers the server keeps by design for 30 s (a detached session's processes,
 # closed output readable for closed_ttl): measured after those have run out.
 LONG_SETTLE = 35.0
-KEPT_30_S = ("retained output, 1,500 x 1 MiB",)
+KEPT_30_S = ("retained output, 1,500 x 1 MiB", "processes left behind, 4 x 256 sleep")
 RSS_LIMIT, PROBE_LIMIT, AFTER_LIMIT, FDS_SLACK = 600.0, 1.0, 50.0, 4
 MIB = 1 << 20
 PROBE_PAUSE = 0.05  # between probe rounds
@@ -98,9 +98,12 @@ def uri(path: str | Path) -> str:
     return Path(path).as_uri()
 
 
-def upgraded(url: str, timeout: float = 30.0) -> tuple[socket.socket, bytes]:
-    """A socket past its websocket upgrade (the valid token), and what came after the 101."""
-    sock = socket.create_connection(address(url), timeout=timeout)
+def upgraded(url: str, timeout: float = 30.0,
+             source: str | None = None) -> tuple[socket.socket, bytes]:
+    """A socket past its websocket upgrade (the valid token), and what came after the 101;
+    from the loopback address ``source`` if given (another host, to the server)."""
+    sock = socket.create_connection(address(url), timeout=timeout,
+                                    source_address=(source, 0) if source else None)
     try:
         sock.sendall(upgrade(TOKEN))
         got = b""
@@ -131,8 +134,9 @@ class Client:
     """Blocking; reads frames one by one; answers pings. A read that times out (the socket's
     timeout) raises TimeoutError and loses nothing: the frame is taken once it is whole."""
 
-    def __init__(self, url: str, timeout: float = 30.0, initialize: bool = True) -> None:
-        self.sock, rest = upgraded(url, timeout)
+    def __init__(self, url: str, timeout: float = 30.0, initialize: bool = True,
+                 source: str | None = None) -> None:
+        self.sock, rest = upgraded(url, timeout, source)
         self.buf = bytearray(rest)
         self.lock = threading.Lock()  # sends come from more than one thread in some attacks
         self.ids = 0
@@ -1132,6 +1136,106 @@ def wrong_token_flood(url: str, stop: threading.Event) -> Note:
 
 
 Attack = Callable[[str, threading.Event], Note | None]
+# -- issue 32, item 5: one client holds none of the server-wide caps others need ----------------
+
+
+def address_hog(url: str, stop: threading.Event) -> Note:
+    """Issue 32, item 5: initialized connections from 127.0.0.2, as many as the server admits
+    (300 at most), reopened as they are closed. Target: the probe (from 127.0.0.1) gets in."""
+    held: list[Client] = []
+    tried = refused = most = 0
+    try:
+        while not stop.is_set():
+            for _ in range(min(50, 300 - len(held))):
+                if stop.is_set():
+                    break
+                tried += 1
+                try:
+                    held.append(Client(url, timeout=2, source=ATTACKER))
+                except (OSError, EOFError, AssertionError):
+                    refused += 1
+            for client in [c for c in held if not still_open(c.sock)]:
+                client.sock.close()
+                held.remove(client)
+            most = max(most, len(held))
+            stop.wait(0.2)
+    finally:
+        for client in held:
+            client.sock.close()
+    return Note(f"{tried} connections tried, {refused} refused, at most {most} held at once")
+
+
+def processes_left_behind(url: str, stop: threading.Event) -> Note:
+    """Issue 32, item 5: 4 sessions from 127.0.0.2 start 256 `sleep 60` each, then leave
+    (their sessions detach, the processes run on). Target: the probe still starts `true`."""
+    started = refused = 0
+    clients = []
+    try:
+        for _ in range(4):
+            if stop.is_set():
+                break
+            client = Client(url, source=ATTACKER)
+            clients.append(client)
+            for n in range(256):
+                reply = client.call("process/start", start_params(f"s{n}", ["sleep", "60"]))
+                if "result" in reply:
+                    started += 1
+                else:
+                    refused += 1
+    finally:
+        for client in clients:
+            hang_up(client.sock)
+    stop.wait()
+    return Note(f"{started} sleeps started from {len(clients)} sessions, {refused} refused; "
+                "the sessions left")
+
+
+# -- issue 32, item 8: fs calls shared by cost, not count -----------------------------------------
+
+
+def costly_walks(url: str, stop: threading.Event) -> Note:
+    """Issue 32, item 8: 4 connections each keep 2 fs/walk calls in flight over a tree of
+    20,000 entries, each carrying 250 deny patterns. Target: the probe's getMetadata."""
+    tree = Path(tempfile.mkdtemp(prefix="attack-walk-", dir="/dev/shm"))
+    for d in range(100):
+        (tree / f"d{d}").mkdir()
+        for f in range(199):
+            (tree / f"d{d}" / f"f{f}").touch()
+    patterns = [{"path": {"type": "glob_pattern", "pattern": f"**/x{i}*.env"},
+                 "access": "deny"} for i in range(250)]
+    params = {"path": uri(tree), "options": WALK,
+              "sandbox": profile(str(tree), [ROOT_READ, *patterns])}
+    answered = [0]
+    lock = threading.Lock()
+
+    def walker() -> None:
+        client = Client(url)
+        client.sock.settimeout(0.5)
+        sent = done = 0
+        try:
+            while not stop.is_set() and done < 200:
+                while sent - done < 2:
+                    sent += 1
+                    client.request("fs/walk", params)
+                try:
+                    client.text()
+                    done += 1
+                except TimeoutError:
+                    pass
+        except (OSError, EOFError):
+            pass
+        finally:
+            hang_up(client.sock)
+            with lock:
+                answered[0] += done
+
+    try:
+        run_threads(walker, 4, stop)
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    return Note(f"{answered[0]} walks of 250 patterns answered")
+
+
 ATTACKS: dict[str, Attack] = {
     "1,100 half-open connections": half_open,
     "wrong tokens, 50 guessers": wrong_tokens,
@@ -1158,6 +1262,9 @@ ATTACKS: dict[str, Attack] = {
     "base64 before initialize, 4 x 45 MiB": base64_before_initialize,
     "ClientHello flood, RSA-2048": client_hello_flood,
     "wrong-token flood, held open": wrong_token_flood,
+    "initialized connections from another address": address_hog,
+    "processes left behind, 4 x 256 sleep": processes_left_behind,
+    "costly walks, 4 x 250 deny patterns": costly_walks,
 }
 
 

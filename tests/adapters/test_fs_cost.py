@@ -26,7 +26,7 @@ import pytest
 
 from execproto import INVALID_REQUEST
 
-from .conftest import Server, uri
+from .conftest import ADAPTERS, Server, uri
 from .sandboxes import profile
 
 ROOT_READ = {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}
@@ -75,8 +75,9 @@ def _attack(server: Server, params: dict[str, Any], stop: threading.Event,
         return
 
 
-def test_costly_walks_leave_another_client_served(trees: Path) -> None:
-    server = Server("asyncio", "--log-level", "warning")
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_costly_walks_leave_another_client_served(trees: Path, adapter: str) -> None:
+    server = Server(adapter, "--log-level", "warning")
     stop = threading.Event()
     answered: queue.Queue[tuple[int, str]] = queue.Queue()
     clients: list[Any] = []

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from certs import WHY_MISSING, Certs, make_certs
 
-from .conftest import Server, start, uri
+from .conftest import ADAPTERS, Server, start, uri
 from .sandboxes import needs_bwrap, read_only, run, workspace_write
 from .test_tls import TlsServer
 from .wsclient import Client, output_of
@@ -36,13 +36,13 @@ OLD, NEW = "execproto-old-token-81c2", "execproto-new-token-5e07"
 MODES = [read_only, workspace_write]
 
 
-@pytest.fixture(scope="module")
-def guarded() -> Iterator[tuple[Client, Path, Path]]:
+@pytest.fixture(scope="module", params=ADAPTERS)
+def guarded(request: pytest.FixtureRequest) -> Iterator[tuple[Client, Path, Path]]:
     base = Path(tempfile.mkdtemp(prefix="execproto-secrets-", dir="/var/tmp"))
     base.chmod(0o755)
     token, trace = base / "token", base / "trace.jsonl"
     token.write_text(TOKEN + "\n")
-    server = Server("asyncio", "--auth-token-file", str(token), "--trace", str(trace))
+    server = Server(request.param, "--auth-token-file", str(token), "--trace", str(trace))
     client = Client(server.url, headers=[("Authorization", f"Bearer {TOKEN}")])
     assert "result" in client.handshake()
     yield client, token, trace

@@ -507,13 +507,14 @@ def _sandbox_report(args: argparse.Namespace, backend: Backend | None) -> str:
 
 
 def _load_backend(spec: str) -> Backend:
-    # The installed `execproto` script does not put the current directory on sys.path, as
-    # `python -m` does; a backend module next to the operator is the common case. Appended, so
-    # a file here cannot shadow an installed module.
+    # The current directory is on no path (the `execproto` script puts it on none, and
+    # `python -m`'s is taken off); a backend module next to the operator is the common case.
+    # Appended for the load, so a file here cannot shadow an installed module.
     from . import backends
 
     here = os.getcwd()
-    if here not in sys.path:
+    added = here not in sys.path
+    if added:
         sys.path.append(here)
     try:
         return backends.load(spec)
@@ -522,6 +523,11 @@ def _load_backend(spec: str) -> Backend:
                          "directory that holds it, or add that directory to PYTHONPATH)") from None
     except AttributeError as exc:
         raise UsageError(f"--backend {spec}: {exc}") from None
+    finally:
+        # For that load only: a module planted here later (a sandbox may write the
+        # operator's directory) would be imported by a late import, as the server.
+        if added and here in sys.path:
+            sys.path.remove(here)
 
 
 def _replay(args: argparse.Namespace) -> int:

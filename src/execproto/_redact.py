@@ -59,10 +59,11 @@ _CHUNK = re.compile(rb'("chunk"\s*:\s*")([A-Za-z0-9+/=]*)(")')
 
 # Headers whose values are credentials, beside names matching SECRET_NAMES (X-Api-Key...).
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
-# A header as JSON writes it, {"name": ..., "value": ...}, in either order.
-_STRING = rb'"((?:[^"\\]|\\.)*)"'
-_HEADER = re.compile(rb'"name"\s*:\s*' + _STRING + rb'\s*,\s*"value"\s*:\s*' + _STRING
-                     + rb'|"value"\s*:\s*' + _STRING + rb'\s*,\s*"name"\s*:\s*' + _STRING)
+# A flat JSON object (strings may hold braces), and a "name" or "value" string field in it: a
+# header is such an object, whatever other keys it has and in whatever order. Possessive, so a
+# client's frame that almost matches costs one pass.
+_OBJECT = re.compile(rb'\{(?:[^{}"]++|"(?:[^"\\]|\\.)*+")*+\}')
+_FIELD = re.compile(rb'"(name|value)"\s*+:\s*+"((?:[^"\\]|\\.)*+)"')
 
 
 def secret_header(name: str) -> bool:
@@ -72,20 +73,19 @@ def secret_header(name: str) -> bool:
 def _header(match: re.Match[bytes]) -> bytes:
     """A secret header's value as filler of as many characters as it has once decoded, so the
     header a replayed core copies is the filler the recorded action has."""
-    name, value, first = match.group(1, 2, 0)
-    start, end = match.span(2)
-    if name is None:
-        value, name = match.group(3, 4)
-        start, end = match.span(3)
+    whole = match.group(0)
+    fields = {field.group(1): field for field in _FIELD.finditer(whole)}
+    if b"name" not in fields or b"value" not in fields:
+        return whole
     try:
-        shown = json.loads(b'"' + name + b'"')
-        length = len(json.loads(b'"' + value + b'"'))
+        shown = json.loads(b'"' + fields[b"name"].group(2) + b'"')
+        length = len(json.loads(b'"' + fields[b"value"].group(2) + b'"'))
     except ValueError:
-        return first  # not JSON: the core refuses it, and says why
-    if not secret_header(shown):
-        return first
-    offset = match.start(0)
-    return first[:start - offset] + FILLER * length + first[end - offset:]
+        return whole  # not JSON: the core refuses it, and says why
+    if not isinstance(shown, str) or not secret_header(shown):
+        return whole
+    start, end = fields[b"value"].span(2)
+    return whole[:start] + FILLER * length + whole[end:]
 
 
 def _headers(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
@@ -116,7 +116,7 @@ def redact_frame(data: bytes | str) -> bytes | str:
 def redact_bytes(data: bytes) -> bytes:
     data = _CHUNK.sub(_chunk, data)
     if b'"name"' in data:
-        data = _HEADER.sub(_header, data)
+        data = _OBJECT.sub(_header, data)
     if b'"env' in data or b'"set"' in data:
         data = _ENV.sub(_env, data)
     return data

@@ -106,3 +106,21 @@ def test_wrong_tokens_wait_apart_and_the_oldest_gives_way() -> None:
     assert list(gate.refused) == peers[3:]
     assert hung_up == [0, 1, 2]
     assert all(peer.state is PeerState.REFUSING for peer in peers[:3])
+
+
+def test_a_full_gate_closes_the_flooding_addresss_oldest_not_anothers() -> None:
+    clock = Clock()
+    core = ServerCore()
+    connections = Connections(clock, lambda event: None, lambda: core)  # type: ignore[arg-type]
+    gate = Gate(Config(max_upgrading=4))
+    hung_up: list[str] = []
+
+    def arrive(label: str) -> WsPeer:
+        return WsPeer(connections, lambda parts: None, lambda: hung_up.append(label),
+                      "the-token", gate, label, abort=lambda: None, ping_interval=30)
+
+    honest = arrive("127.0.0.1:1")  # the oldest: a slow client, mid-upgrade
+    flood = [arrive(f"127.0.0.2:{i}") for i in range(3)]
+    assert gate.admit(1.0, "127.0.0.2")  # room is made...
+    assert hung_up == ["127.0.0.2:0"]  # ...by the flood's oldest, not the client's
+    assert honest in gate.upgrading and flood[0] not in gate.upgrading

@@ -18,7 +18,7 @@ import ipaddress
 import logging
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -177,10 +177,10 @@ def _remember(kept: dict[str, Any], key: str, value: Any) -> None:
 class Gate:
     """One server's bounds on connections still in their websocket upgrade.
 
-    Past the cap, the oldest of them that has had `SPARE` seconds is closed to make room (an
-    honest client finishes its upgrade in one round trip, and one with the token leaves the
-    gate at once); otherwise the newcomer is. So half-open connections, however fast they come,
-    give way to the clients that finish.
+    Past the cap, the oldest of them that has had `SPARE` seconds, of the address holding the
+    most places, is closed to make room (an honest client finishes its upgrade in one round
+    trip, and one with the token leaves the gate at once); otherwise the newcomer is. So
+    half-open connections, however fast they come, give way to the clients that finish.
 
     A wrong token is answered late (`AUTH_DELAY`): closing its connection early would tell its
     client sooner. Such connections wait apart (`refused`), not in the gate, so a flood of
@@ -220,11 +220,24 @@ class Gate:
             return False
         if len(self.upgrading) < self.limit:
             return True
-        peer, since = next(iter(self.upgrading.items()))
-        if now - since < self.SPARE:
-            return False  # and every later one is younger
-        peer.time_out(f"{self.limit} connections in their upgrade")
+        victim = self._victim(now)
+        if victim is None:
+            return False
+        victim.time_out(f"{self.limit} connections in their upgrade")
         return True
+
+    def _victim(self, now: float) -> WsPeer | None:
+        """The connection that makes room: of those that have had `SPARE` seconds, the oldest
+        of the address holding the most places, so a flood from one address closes its own
+        connections, never a client's slow one from another."""
+        held = Counter(peer.source for peer in self.upgrading)
+        chosen: WsPeer | None = None
+        for peer, since in self.upgrading.items():  # oldest first
+            if now - since < self.SPARE:
+                break  # and every later one is younger
+            if chosen is None or held[peer.source] > held[chosen.source]:
+                chosen = peer
+        return chosen
 
     def refuse(self, peer: WsPeer) -> None:
         """``peer``'s wrong token waits for its answer apart, the oldest past `REFUSED` closed."""
@@ -407,6 +420,7 @@ class WsPeer(Peer):
         self._socket = ServerSocket(token=token, metrics=connections.metrics,
                                     draining=lambda: gate.draining)
         self._label = label
+        self.source = _source(label.rsplit(":", 1)[0])  # what the gate counts it under
         self._gate: Gate | None = gate  # until the upgrade is done or the connection gone
         loop = connections.loop
         gate.upgrading[self] = loop.now()

@@ -124,3 +124,24 @@ def test_a_full_gate_closes_the_flooding_addresss_oldest_not_anothers() -> None:
     assert gate.admit(1.0, "127.0.0.2")  # room is made...
     assert hung_up == ["127.0.0.2:0"]  # ...by the flood's oldest, not the client's
     assert honest in gate.upgrading and flood[0] not in gate.upgrading
+
+
+def test_an_address_holding_over_half_the_gate_makes_room_however_young_its_connections() -> None:
+    clock = Clock()
+    core = ServerCore()
+    connections = Connections(clock, lambda event: None, lambda: core)  # type: ignore[arg-type]
+    gate = Gate(Config(max_upgrading=4))
+    hung_up: list[str] = []
+
+    def arrive(label: str) -> None:
+        WsPeer(connections, lambda parts: None, lambda: hung_up.append(label), "the-token",
+               gate, label, abort=lambda: None, ping_interval=30)
+
+    for i in range(4):
+        arrive(f"127.0.0.2:{i}")
+    assert not gate.admit(0.0, "127.0.0.2")  # its own newcomer waits for SPARE...
+    assert gate.admit(0.0, "127.0.0.1")  # ...another's gets its oldest place, at once
+    assert hung_up == ["127.0.0.2:0"]
+    arrive("127.0.0.1:9")
+    assert gate.admit(1.0, "127.0.0.2")  # and its own, once its oldest had SPARE
+    assert hung_up == ["127.0.0.2:0", "127.0.0.2:1"]

@@ -177,10 +177,12 @@ def _remember(kept: dict[str, Any], key: str, value: Any) -> None:
 class Gate:
     """One server's bounds on connections still in their websocket upgrade.
 
-    Past the cap, the oldest of them that has had `SPARE` seconds, of the address holding the
-    most places, is closed to make room (an honest client finishes its upgrade in one round
-    trip, and one with the token leaves the gate at once); otherwise the newcomer is. So
-    half-open connections, however fast they come, give way to the clients that finish.
+    Past the cap, an address holding over half the places gives up its oldest to another
+    address's newcomer; otherwise the oldest that has had `SPARE` seconds, of the address
+    holding the most, is closed to make room (an honest client finishes its upgrade in one
+    round trip, and one with the token leaves the gate at once); otherwise the newcomer is.
+    So half-open connections, however fast they come, give way to the clients that finish,
+    and one address's never to another's.
 
     A wrong token is answered late (`AUTH_DELAY`): closing its connection early would tell its
     client sooner. Such connections wait apart (`refused`), not in the gate, so a flood of
@@ -220,17 +222,22 @@ class Gate:
             return False
         if len(self.upgrading) < self.limit:
             return True
-        victim = self._victim(now)
+        victim = self._victim(now, None if host is None else _source(host))
         if victim is None:
             return False
         victim.time_out(f"{self.limit} connections in their upgrade")
         return True
 
-    def _victim(self, now: float) -> WsPeer | None:
-        """The connection that makes room: of those that have had `SPARE` seconds, the oldest
-        of the address holding the most places, so a flood from one address closes its own
-        connections, never a client's slow one from another."""
+    def _victim(self, now: float, newcomer: str | None) -> WsPeer | None:
+        """The connection that makes room, or None (the newcomer is closed). An address that
+        holds over half the places gives up its oldest to another's newcomer, however young
+        (a flood from one address closes its own connections, never a client's); else, and
+        to a newcomer of its own, the oldest that has had `SPARE` seconds, of the address
+        holding the most."""
         held = Counter(peer.source for peer in self.upgrading)
+        hog, most = held.most_common(1)[0]
+        if most > self.limit // 2 and hog != newcomer:
+            return next(peer for peer in self.upgrading if peer.source == hog)
         chosen: WsPeer | None = None
         for peer, since in self.upgrading.items():  # oldest first
             if now - since < self.SPARE:

@@ -108,40 +108,37 @@ def test_wrong_tokens_wait_apart_and_the_oldest_gives_way() -> None:
     assert all(peer.state is PeerState.REFUSING for peer in peers[:3])
 
 
+class Arrivals:
+    """Peers in their upgrade at a gate of 4 places, and the labels of those closed."""
+
+    def __init__(self) -> None:
+        core = ServerCore()
+        self.connections = Connections(Clock(), lambda event: None,  # type: ignore[arg-type]
+                                       lambda: core)
+        self.gate = Gate(Config(max_upgrading=4))
+        self.hung_up: list[str] = []
+
+    def arrive(self, label: str) -> WsPeer:
+        return WsPeer(self.connections, lambda parts: None, lambda: self.hung_up.append(label),
+                      "the-token", self.gate, label, abort=lambda: None, ping_interval=30)
+
+
 def test_a_full_gate_closes_the_flooding_addresss_oldest_not_anothers() -> None:
-    clock = Clock()
-    core = ServerCore()
-    connections = Connections(clock, lambda event: None, lambda: core)  # type: ignore[arg-type]
-    gate = Gate(Config(max_upgrading=4))
-    hung_up: list[str] = []
-
-    def arrive(label: str) -> WsPeer:
-        return WsPeer(connections, lambda parts: None, lambda: hung_up.append(label),
-                      "the-token", gate, label, abort=lambda: None, ping_interval=30)
-
-    honest = arrive("127.0.0.1:1")  # the oldest: a slow client, mid-upgrade
-    flood = [arrive(f"127.0.0.2:{i}") for i in range(3)]
-    assert gate.admit(1.0, "127.0.0.2")  # room is made...
-    assert hung_up == ["127.0.0.2:0"]  # ...by the flood's oldest, not the client's
-    assert honest in gate.upgrading and flood[0] not in gate.upgrading
+    at = Arrivals()
+    honest = at.arrive("127.0.0.1:1")  # the oldest: a slow client, mid-upgrade
+    flood = [at.arrive(f"127.0.0.2:{i}") for i in range(3)]
+    assert at.gate.admit(1.0, "127.0.0.2")  # room is made...
+    assert at.hung_up == ["127.0.0.2:0"]  # ...by the flood's oldest, not the client's
+    assert honest in at.gate.upgrading and flood[0] not in at.gate.upgrading
 
 
 def test_an_address_holding_over_half_the_gate_makes_room_however_young_its_connections() -> None:
-    clock = Clock()
-    core = ServerCore()
-    connections = Connections(clock, lambda event: None, lambda: core)  # type: ignore[arg-type]
-    gate = Gate(Config(max_upgrading=4))
-    hung_up: list[str] = []
-
-    def arrive(label: str) -> None:
-        WsPeer(connections, lambda parts: None, lambda: hung_up.append(label), "the-token",
-               gate, label, abort=lambda: None, ping_interval=30)
-
+    at = Arrivals()
     for i in range(4):
-        arrive(f"127.0.0.2:{i}")
-    assert not gate.admit(0.0, "127.0.0.2")  # its own newcomer waits for SPARE...
-    assert gate.admit(0.0, "127.0.0.1")  # ...another's gets its oldest place, at once
-    assert hung_up == ["127.0.0.2:0"]
-    arrive("127.0.0.1:9")
-    assert gate.admit(1.0, "127.0.0.2")  # and its own, once its oldest had SPARE
-    assert hung_up == ["127.0.0.2:0", "127.0.0.2:1"]
+        at.arrive(f"127.0.0.2:{i}")
+    assert not at.gate.admit(0.0, "127.0.0.2")  # its own newcomer waits for SPARE...
+    assert at.gate.admit(0.0, "127.0.0.1")  # ...another's gets its oldest place, at once
+    assert at.hung_up == ["127.0.0.2:0"]
+    at.arrive("127.0.0.1:9")
+    assert at.gate.admit(1.0, "127.0.0.2")  # and its own, once its oldest had SPARE
+    assert at.hung_up == ["127.0.0.2:0", "127.0.0.2:1"]

@@ -48,10 +48,11 @@ def _beneath(path: str, tops: Iterable[str]) -> bool:
     return any(top == "/" or path == top or path.startswith(top + "/") for top in tops)
 
 
-def follow(path: str, readlink: Readlink,
-           writable: Sequence[str] = ()) -> tuple[str, str | None]:
+def follow(path: str, readlink: Readlink, writable: Sequence[str] = (),
+           hops: list[tuple[str, str]] | None = None) -> tuple[str, str | None]:
     """``path`` resolved through every symlink, and the first link on the way that lies in one
-    of the ``writable`` places (None: no link did)."""
+    of the ``writable`` places (None: no link did). Each link followed is added to ``hops``
+    as (where it is, its target), in order, those before a loop too."""
     real, planted, links = "/", None, 0
     todo = list(reversed(path.split("/")))
     while todo:
@@ -69,6 +70,8 @@ def follow(path: str, readlink: Readlink,
         links += 1
         if links > MAX_LINKS:
             raise PlantedLink(f"{path}: too many levels of symbolic links")
+        if hops is not None:
+            hops.append((here, target))
         if planted is None and _beneath(real, writable):
             planted = here
         if target.startswith("/"):

@@ -22,11 +22,15 @@ its own target can be a broad directory (``/var/run -> /run``) that sandboxes ne
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-MAX_LINKS = 40  # links followed for one path before it is given up as a loop (Linux's bound)
+from execproto.policy import PlantedLink, follow
+
+from .._processes._posix import readlink
+
 VOLUME = "..data"  # the link a Kubernetes volume's atomic writer swaps at each update
 
 
@@ -53,27 +57,18 @@ def directories(secrets: Iterable[str]) -> list[str]:
 
 def _led_into(path: str) -> list[str]:
     """The directory each link on the way to ``path`` leads into (real paths), in order."""
-    real, found, links = "/", [], 0
-    todo = list(reversed(path.split("/")))
-    while todo:
-        name = todo.pop()
-        if name in ("", "."):
-            continue
-        if name == "..":
-            real = os.path.dirname(real)
-            continue
-        here = os.path.join(real, name)
+    hops: list[tuple[str, str]] = []
+    try:
+        follow(path, readlink, hops=hops)
+    except PlantedLink:
+        pass  # a loop: the links before it still lead somewhere
+    found = []
+    for link, target in hops:
         try:
-            target = os.readlink(here)
-        except OSError:  # not a link, or missing: taken as it is, as realpath does
-            real = here
-            continue
-        links += 1
-        if links > MAX_LINKS:
-            break
-        found.append(os.path.realpath(os.path.join(real, os.path.dirname(target))))
-        real = "/" if target.startswith("/") else real
-        todo += reversed(target.split("/"))
+            led = posixpath.join(posixpath.dirname(link), posixpath.dirname(target))
+            found.append(follow(led, readlink)[0])
+        except PlantedLink:
+            pass
     return found
 
 

@@ -77,7 +77,7 @@ def leave(client: Client) -> None:
     client.sock.close()
 
 
-def started_soon(client: Client, process_id: str, within: float = 1.0) -> dict[str, object]:
+def started_soon(client: Client, process_id: str, within: float = 5.0) -> dict[str, object]:
     """A start, tried again while refused for ``within`` seconds: the server may hear of the
     attacker's going a moment after the attacker sees its close answered. Without the shares
     it is refused for the whole session TTL."""

@@ -26,13 +26,16 @@ import pytest
 
 from execproto import INVALID_REQUEST
 
-from .conftest import ADAPTERS, Server, uri
+from .conftest import ADAPTERS, STARVED, Server, uri
 from .sandboxes import profile
 
 ROOT_READ = {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}
 WALK = {"maxDepth": 64, "maxDirectories": 10_000, "maxEntries": 50_000,
         "followDirectorySymlinks": False}
-PROBE_LIMIT = 1.0  # measured here: getMetadata worst 0.06 to 0.08 s, the small walk 0.01 s
+# Served, not starved (measured here: getMetadata worst 0.06 to 0.08 s, the small walk 0.01 s;
+# 0.98 s and 1.8 s before the pools weighed cost): the 1 s target is bench/attack.py's, and a
+# test on a machine another suite shares allows for that (conftest.STARVED).
+PROBE_LIMIT = STARVED
 ATTACK_SECONDS = 6.0
 
 

@@ -13,6 +13,7 @@ backend (a docker or ssh one, say; see the README).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import shutil
@@ -26,7 +27,7 @@ from execproto import Policy, SpawnSpec
 from execproto.policy import PathRule, PlantedLink, pinned
 
 from ._files._beneath import Scope
-from ._processes import _bwrap, _posix
+from ._processes import _bwrap, _netns, _posix
 from ._processes._bwrap import Budget
 from ._processes._posix import resolve_program
 
@@ -72,8 +73,9 @@ class LocalBackend:
     ``bwrap`` is the bubblewrap to use (found on PATH and probed by default; None: no sandbox
     can be enforced, and the core refuses requests for one). ``floor`` is the operator's policy,
     applied again to each request's rules once their symlinks are resolved. A sandbox allowed
-    the network gets a network namespace of its own through ``pasta`` (passt's, found on PATH
-    by default; None: such a sandbox is refused), not the host's loopback, unless
+    the network gets its session's network namespace (`_netns`: one per session, made at its
+    first such start, reached from outside through ``pasta``, passt's, found on PATH by
+    default; None: such a sandbox is refused), not the host's loopback, unless
     ``host_network`` shares the host's network with it.
 
     The probe of bubblewrap runs it once (~40 ms), on a thread of its own: a server's start
@@ -94,6 +96,7 @@ class LocalBackend:
             self._probe.start()
         self._pasta = _usable_pasta() if pasta == "" else pasta
         self._host_network = host_network
+        self._networks = _netns.Networks(self._pasta)
         self.floor = floor
         # Placeholder directories the stage made on the host, by how many live sandboxes use
         # them; safe to share between starts prepared at once (`_bwrap.Placeholders` says why).
@@ -134,6 +137,9 @@ class LocalBackend:
         if self._pasta is None and not self._host_network:
             return [f"{NO_PASTA}: a sandbox that asks for the network is refused "
                     "(or give --host-network)"]
+        if not self._host_network and not _netns.host_routed():
+            return ["this host has no routable interface: a sandbox allowed the network gets "
+                    "its session's loopback only"]
         return []
 
     def describe(self) -> str:
@@ -142,7 +148,7 @@ class LocalBackend:
             how = "none can be enforced"
         else:
             network = ("shares the host's" if self._host_network
-                       else "gets one of its own through pasta" if self._pasta is not None
+                       else "gets its session's, through pasta" if self._pasta is not None
                        else "is refused (no pasta)")
             how = (f"bubblewrap ({self._bwrap}) with a seccomp filter; one allowed the network "
                    f"{network}")
@@ -161,8 +167,9 @@ class LocalBackend:
             raise Refused(CANNOT_ENFORCE)
         if request.sandbox.network and not self._host_network and self._pasta is None:
             raise Refused(f"{CANNOT_ENFORCE}: {NO_PASTA}")
-        sandbox = _bwrap.Sandbox(self._bwrap, self.floor, self._placeholders,
-                                 pasta=None if self._host_network else self._pasta)
+        network = (None if self._host_network
+                   else functools.partial(self._networks.of, request.session_id))
+        sandbox = _bwrap.Sandbox(self._bwrap, self.floor, self._placeholders, network=network)
         try:
             # The start's budget (`_bwrap.Budget`) covers the program's lookup too.
             Budget.shape(request.sandbox)
@@ -170,6 +177,9 @@ class LocalBackend:
             argv = sandbox.command(request.sandbox, request, program)
         except _bwrap.CannotEnforce as exc:
             raise Refused(f"{CANNOT_ENFORCE}: {exc}") from None
+        except _netns.HolderFailed as exc:
+            raise Refused(f"{CANNOT_ENFORCE}: the sandbox's network could not be made: "
+                          f"{exc}") from None
         return ExecSpec(argv=tuple(argv), env=_bwrap.WRAPPER_ENV, cwd=request.cwd,
                         pass_fds=tuple(sandbox.fds), token=tuple(sandbox.uses))
 
@@ -204,6 +214,14 @@ class LocalBackend:
         # other sandbox still mounts on them.
         if token:
             self._placeholders.release(token)
+
+    def end_session(self, session_id: str) -> None:
+        """The session is gone: so is its network (optional for a backend)."""
+        self._networks.end(session_id)
+
+    def close(self) -> None:
+        """The server stopped: every session's network goes (optional for a backend)."""
+        self._networks.close()
 
 
 def _usable_pasta() -> str | None:

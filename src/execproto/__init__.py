@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time, `__getattr__` below
     from .actions import CancelHttp as CancelHttp
     from .actions import CloseConnection as CloseConnection
     from .actions import CloseStdin as CloseStdin
+    from .actions import EndSession as EndSession
     from .actions import Finalize as Finalize
     from .actions import FsRequest as FsRequest
     from .actions import HttpRequest as HttpRequest
@@ -114,7 +115,8 @@ _WHERE = {name: module for module, names in {
     "._server": ("ServerCore",),
     "._session": ("Greeting",),
     "._trace": ("Recorder", "ReplayResult", "replay"),
-    ".actions": ("Action", "CancelHttp", "CloseConnection", "CloseStdin", "Finalize", "FsRequest",
+    ".actions": ("Action", "CancelHttp", "CloseConnection", "CloseStdin", "EndSession",
+                 "Finalize", "FsRequest",
                  "HttpRequest", "PauseOutput", "ResizeTerminal", "ResumeOutput", "RunFs",
                  "RunHttp", "Send", "Signal", "Spawn", "SpawnSpec", "Unwatch", "WatchMissing",
                  "WriteStdin"),
@@ -156,6 +158,7 @@ __all__ = [
     "ConnectionOpened",
     "Drain",
     "Encoded",
+    "EndSession",
     "EnvPolicy",
     "Event",
     "Finalize",

@@ -28,7 +28,7 @@ from ._services import parse_fs, parse_http
 from ._session import Connection, Greeting, Handshake, Session
 from ._stats import Stats
 from ._watches import WatchHandlers
-from .actions import Action, CloseCode, CloseConnection, FsRequest
+from .actions import Action, CloseCode, CloseConnection, EndSession, FsRequest
 from .events import (
     ConnectionClosed,
     ConnectionOpened,
@@ -518,6 +518,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
     def _on_session_expired(self, session_id: str) -> None:
         session = self._sessions.pop(session_id)
         self._carry_out_session(session, session.life.event(SessionInput.EXPIRED))
+        self._emit(EndSession(session_id=session_id))
 
     # -- session follow-ups ---------------------------------------------------------------------
 

@@ -189,6 +189,15 @@ class Finalize(Action):
 
 
 @attrs.frozen(kw_only=True)
+class EndSession(Action):
+    """The session is gone (it expired): what the adapter keeps for it may go, such as the
+    network its sandboxes share. Its processes were told to stop just before; some may still
+    be finishing."""
+
+    session_id: str
+
+
+@attrs.frozen(kw_only=True)
 class FsRequest:
     """A validated filesystem call. Paths are native; ``params`` holds the method's own fields.
 

@@ -66,6 +66,7 @@ from execproto import (
     Config,
     ConnectionClosed,
     ConnectionOpened,
+    EndSession,
     Event,
     Finalize,
     LocalProtocolError,
@@ -765,6 +766,7 @@ class CoreModel(RuleBasedStateMachine):
                         self._terminate(proc)
                     else:
                         del session.procs[proc.pid]
+                self._emit(EndSession(session_id=session.sid))
             elif kind == "greet":
                 c = what
                 c.greet_at = None

@@ -11,6 +11,7 @@ from execproto import (
     CloseConnection,
     Config,
     ConnectionOpened,
+    EndSession,
     Finalize,
     Greeting,
     PauseOutput,
@@ -296,7 +297,9 @@ def test_resume_after_the_ttl_fails_and_running_processes_get_term_then_kill() -
     h.disconnect(1)
     assert h.advance(TTL - 0.01) == []
     actions = h.advance(0.01)
-    assert actions == [Signal(proc=proc, signal="TERM"), Signal(proc=other, signal="TERM")]
+    # The adapter hears the session's end after its processes were told to stop.
+    assert actions == [Signal(proc=proc, signal="TERM"), Signal(proc=other, signal="TERM"),
+                       EndSession(session_id="session-1")]
     assert h.now == pytest.approx(TTL)
     assert h.advance(GRACE - 0.01) == []
     actions = h.advance(0.01)
@@ -334,7 +337,8 @@ def test_an_exited_but_unclosed_process_of_an_expired_session_is_closed_after_th
     proc = h.start(1, "p")
     h.exit(proc, 0)  # a descendant still holds the pipes
     h.disconnect(1)
-    assert h.advance(TTL) == []  # no signal: the exit was observed, the pid must not be touched
+    # No signal: the exit was observed, the pid must not be touched.
+    assert h.advance(TTL) == [EndSession(session_id="session-1")]
     assert h.advance(GRACE - 0.01) == []
     actions = h.advance(0.01)
     assert actions == [Finalize(proc=proc, status="completed", exit_code=0, timed_out=True)]
@@ -350,7 +354,7 @@ def test_a_process_still_starting_when_its_session_expires_is_terminated_once_sp
                                    "tty": False})
     (spawn,) = h.of_type(Spawn)
     h.disconnect(1)
-    assert h.advance(TTL) == []
+    assert h.advance(TTL) == [EndSession(session_id="session-1")]
     actions = h.feed(ProcessSpawned(proc=spawn.proc, pid=77))
     assert actions == [Signal(proc=spawn.proc, signal="TERM")]  # and no start response anywhere
     assert h.advance(GRACE) == [Signal(proc=spawn.proc, signal="KILL")]
@@ -375,7 +379,7 @@ def test_closed_processes_of_an_expired_session_need_nothing() -> None:
     h.eof(proc, "stderr")
     finalized = len(h.of_type(Finalize))
     h.disconnect(1)
-    assert h.advance(TTL + 5 * GRACE) == []
+    assert h.advance(TTL + 5 * GRACE) == [EndSession(session_id="session-1")]
     assert len(h.of_type(Finalize)) == finalized == 1
 
 
@@ -397,7 +401,8 @@ def test_custom_ttl_and_grace_are_honoured() -> None:
     proc = h.start(1, "p")
     h.disconnect(1)
     assert h.advance(1.99) == []
-    assert h.advance(0.01) == [Signal(proc=proc, signal="TERM")]
+    assert h.advance(0.01) == [Signal(proc=proc, signal="TERM"),
+                               EndSession(session_id="session-1")]
     assert h.advance(0.25) == [Signal(proc=proc, signal="KILL")]
 
 
@@ -837,4 +842,5 @@ def test_an_expired_sessions_closed_process_is_dropped_before_its_eviction() -> 
     h.eof(proc, "stdout")
     h.eof(proc, "stderr")
     h.disconnect(1)
-    assert h.advance(60.0) == []  # expiry drops it, and its later eviction is harmless
+    # Expiry drops it, and its later eviction is harmless.
+    assert h.advance(60.0) == [EndSession(session_id="session-1")]

@@ -17,6 +17,7 @@ from execproto import (
     ConnectionOpened,
     Drain,
     Encoded,
+    EndSession,
     Finalize,
     FinalizeFailed,
     FsCompleted,
@@ -258,7 +259,8 @@ def test_a_tampered_time_changes_what_a_tick_does() -> None:
     h.advance(6.0)  # the expiry tick at t=5 sends TERM
     index, step = next((i, s) for i, s in enumerate(steps(h.lines), start=1)
                        if s["event"]["$type"] == "Tick")
-    assert step["t"] == 5.0 and step["actions"] == [to_json(Signal(proc=1, signal="TERM"))]
+    assert step["t"] == 5.0 and step["actions"] == [to_json(Signal(proc=1, signal="TERM")),
+                                                    to_json(EndSession(session_id="session-1"))]
     step["t"] = 4.0
     result = replay(with_step(h.lines, index, step))
     assert (result.ok, result.step, result.actual) == (False, index, [])
@@ -393,6 +395,7 @@ EVENT_SAMPLES: list[Any] = [
 ACTION_SAMPLES: list[Any] = [
     Send(conn=1, data=b'{"jsonrpc":"2.0"}'),
     CloseConnection(conn=1, code=1008, reason="policy"),
+    EndSession(session_id="session-1"),
     Spawn(proc=2, spec=SpawnSpec(argv=("sh", "-c", "x"), arg0=None, cwd="/tmp",
                                  env=(("A", "1"), ("B", "")), tty=True, pipe_stdin=False,
                                  session_id="s", process_id="p")),

@@ -31,13 +31,18 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from execproto import Policy, SpawnSpec
 from execproto.policy import PathRule, PlantedLink, deepest, pinned
 
-from . import _glob, _seccomp, _stage
+from . import _glob, _hold, _seccomp, _stage
 from ._posix import readlink, remove_empty_directory
+
+if TYPE_CHECKING:
+    from ._netns import Holder
 
 # The wrappers' whole environment: nothing a client chose.
 WRAPPER_ENV = (("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),)
@@ -55,26 +60,26 @@ def _interpreter() -> str:
     return os.path.realpath(shutil.which("python3", path=WRAPPER_ENV[0][1]) or sys.executable)
 
 
-class _Stage:
-    """How the stage is run, fixed when the server starts: the interpreter by a descriptor
-    opened then, and the stage's source as read then. The stage runs as the server, before
-    any namespace exists, so nothing a sandbox may write may decide what runs: with the
-    server in a workspace's `.venv`, a sandboxed `cat > .venv/bin/python` or an edit of
-    `_stage.py` would otherwise run outside at the next start. Isolated from the
-    environment and from site packages (`-I -S`)."""
+class _Runner:
+    """How the stage (and the network holder, `_hold`) is run, fixed when the server starts:
+    the interpreter by a descriptor opened then, and the source as read then. Both run as
+    the server, the stage before any namespace exists, so nothing a sandbox may write may
+    decide what runs: with the server in a workspace's `.venv`, a sandboxed `cat >
+    .venv/bin/python` or an edit of `_stage.py` would otherwise run outside at the next
+    start. Isolated from the environment and from site packages (`-I -S`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, module: ModuleType) -> None:
         self._fd: int | None = None
-        with open(_stage.__file__, encoding="utf-8") as file:
+        with open(str(module.__file__), encoding="utf-8") as file:
             self._source = file.read()
 
-    def argv(self, sandbox: Sandbox) -> list[str]:
+    def argv(self, fds: list[int]) -> list[str]:
         """The stage's command, its interpreter a copy of the server's descriptor passed at
         the same number (the stage closes it first, so nothing inside inherits it)."""
         if self._fd is None:
             self._fd = os.open(_interpreter(), os.O_PATH | os.O_CLOEXEC)
         fd = fcntl.fcntl(self._fd, fcntl.F_DUPFD_CLOEXEC, 0)  # the spawn passes it on
-        sandbox.fds.append(fd)
+        fds.append(fd)
         return [f"/proc/self/fd/{fd}", "-I", "-S", "-c", self._source, str(fd)]
 
 
@@ -261,10 +266,11 @@ class Sandbox:
     """
 
     def __init__(self, bwrap: str, floor: Policy | None, placeholders: Placeholders,
-                 pasta: str | None = None) -> None:
+                 network: Callable[[], Holder] | None = None) -> None:
         self._bwrap = bwrap
-        # The network of a sandbox that may use it: its own through pasta (None: the host's).
-        self._pasta = pasta
+        # The network of a sandbox that may use it: the namespace it gives (its session's,
+        # made at the first call), or None: the host's.
+        self._network = network
         self._floor = floor
         self._placeholders = placeholders
         self.budget = Budget()  # from now: the backend's own look at the policy counts too
@@ -292,11 +298,11 @@ class Sandbox:
                 raise CannotEnforce("placeholders the sandbox relied on kept being removed "
                                     f"while it was set up ({MAX_TRIES} tries)")
             self.seen, self.made, self._missing, self._pinned = [], set(), set(), set()
-            pasta = (self._pasta if resolved.network else None) or ""
-            # Without a mount below `/` nor a network of its own, the stage has nothing to do
+            joined = self._join() if resolved.network and self._network else ""
+            # Without a mount below `/` nor a network to join, the stage has nothing to do
             # (Codex's read-only profile): bubblewrap's only mount points are then /dev and
             # /proc, which no sandbox can move, and keyctl is filtered and /proc/keys empty.
-            staged = bool(self._ops or pasta)
+            staged = bool(self._ops or joined)
             options = ["--bind", _stage.STAGED, "/"] if staged else list(DIRECT_ROOT[root])
             options += ["--dev", "/dev", "--proc", "/proc"]
             for knob in PROC_READ_ONLY:
@@ -313,10 +319,10 @@ class Sandbox:
             args = self._memfd(b"".join(os.fsencode(option) + b"\0" for option in options))
             argv = [self._bwrap, "--args", str(args), "--"]
             if staged:
-                head = (root, "1" if os.geteuid() != 0 else "", pasta)
+                head = (root, "1" if os.geteuid() != 0 else "", joined)
                 plan = [*head, *(field for op in self._ops for field in op)]
                 plan_fd = self._memfd(b"\0".join(map(os.fsencode, plan)))
-                argv = [*STAGE.argv(self), str(plan_fd), *argv]
+                argv = [*STAGE.argv(self.fds), str(plan_fd), *argv]
         except BaseException:
             self.close()
             self._placeholders.release(self.uses)
@@ -326,6 +332,14 @@ class Sandbox:
             return argv + ["/bin/bash", "-c", 'exec -a "$0" "$@"', spec.arg0, program,
                            *spec.argv[1:]]
         return argv + list(spec.argv)
+
+    def _join(self) -> str:
+        """The network's descriptors for the stage to join, as ``NET:USER``."""
+        assert self._network is not None
+        holder = self._network()
+        fds = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0) for fd in (holder.net, holder.user)]
+        self.fds += fds
+        return f"{fds[0]}:{fds[1]}"
 
     def close(self) -> None:
         for fd in self.fds:
@@ -443,4 +457,4 @@ class Sandbox:
         return fd
 
 
-STAGE = _Stage()
+STAGE, HOLD = _Runner(_stage), _Runner(_hold)

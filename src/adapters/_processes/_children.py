@@ -22,6 +22,7 @@ import attrs
 
 from execproto import (
     CloseStdin,
+    EndSession,
     Event,
     Finalize,
     FinalizeFailed,
@@ -111,6 +112,7 @@ class Children:
             PauseOutput: self._pause,
             ResumeOutput: self._resume,
             Finalize: self._finalize,
+            EndSession: self._end_session,
         }
 
     def _running(self, proc: int) -> tuple[Record, _posix.Child]:
@@ -432,6 +434,24 @@ class Children:
         record.paused, record.stdin_pending, record.stdin_closing = False, None, False
         child.reap()
 
+    def _end_session(self, action: EndSession) -> None:
+        """What the backend keeps for the session (its network) goes, off the owner, after
+        the session's starts still being prepared (its share runs them in turn)."""
+        end = getattr(self.backend, "end_session", None)
+        if end is None:
+            return
+
+        def cleaned(outcome: Any) -> None:
+            self.cleanups -= 1
+            if isinstance(outcome, BaseException):
+                log.error("ending session %s's sandbox network failed", action.session_id,
+                          exc_info=outcome)
+            if self.on_cleaned is not None:
+                self.on_cleaned()
+
+        self.cleanups += 1
+        self._prep.submit(action.session_id, lambda: end(action.session_id), cleaned)
+
     def kill_all(self) -> None:
         """The core failed: nothing it started may outlive it. Every process group is killed
         and reaped, and every backend token finalized as failed."""
@@ -453,6 +473,10 @@ class Children:
         self._records.clear()
 
     def close(self) -> None:
-        """After the stop: kill whatever the processes left running, and remove their cgroups."""
+        """After the stop: kill whatever the processes left running, remove their cgroups,
+        and let the backend release what it keeps (the sessions' networks)."""
         self._tree.close()
         self._tree = _cgroups.NoTree()
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()

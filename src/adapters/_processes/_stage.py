@@ -19,18 +19,14 @@ ever created, truncated or mounted through a symlink, whatever is swapped meanwh
 that became a symlink since the server looked fails the start ("changed while the sandbox was
 set up"); one that vanished is skipped (nothing there to hide or to show).
 
-With the network allowed and ``pasta`` in the plan, the sandbox gets a network namespace of its
-own, reached from outside through pasta (passt's user-mode network: the sandbox's connections
-leave through the host's sockets), never the host's loopback: pasta forwards no port either
-way (``-t/-u/-T/-U none``) and does not map the gateway to the host (``--no-map-gw``). pasta
-is forked before any namespace is made, so that it stays in the host's network, runs in the
-foreground, and dies with this process (a parent-death signal, kept across the exec of
-bubblewrap); the stage waits until the namespace has its default route before it goes on.
+With a network in the plan (the descriptors of a namespace the server holds: its session's,
+reached from outside through pasta, or the process's own behind the managed proxy; see
+`_hold`), the stage joins it, and bubblewrap keeps it (no ``--unshare-net``).
 
 The plan is NUL-separated fields (paths hold no NUL): the root's access (``read``, ``write``
-or ``none``), ``1`` if a user namespace is needed (the server is not root), pasta's path or
-nothing, then the operations in order (shallow first, as the server sorted them), three fields
-each:
+or ``none``), ``1`` if a user namespace is needed (the server is not root), the network to join
+(``NET:USER`` descriptors) or nothing, then the operations in order (shallow first, as the
+server sorted them), three fields each:
     bind P read|write     the host's P at P
     cover P -             an empty read-only tmpfs (a directory) or /dev/null on P
     pin P -               P bound onto itself: it cannot be renamed
@@ -49,7 +45,6 @@ import errno
 import os
 import stat
 import sys
-import time
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _LIBC.syscall.restype = ctypes.c_long
@@ -70,11 +65,6 @@ MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
 RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x2, 0x4, 0x8
 KEYCTL_JOIN_SESSION_KEYRING = 1
 CLONE_NEWNET = 0x40000000
-PR_SET_PDEATHSIG = 1
-# Numbers rather than the signal module, whose import costs a tenth of the stage's start.
-SIGPIPE, SIGXFSZ, SIG_DFL = 13, 25, 0
-# How long pasta may take to give the namespace its route (it takes milliseconds).
-NETWORK_WAIT = 5.0
 # Where the staged root is attached in the private namespace for bubblewrap to bind: a
 # directory every system has, covered only in this namespace, beneath which no rule is ever
 # mounted or read from (the sandbox's /dev is bubblewrap's own), so that no lookup of a
@@ -279,67 +269,16 @@ def _namespace(userns: bool) -> None:
     _check(_LIBC.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None), "private")
 
 
-class Network:
-    """pasta, forked before any namespace exists and waiting for the stage's word."""
-
-    def __init__(self, pasta: str) -> None:
-        self._go_read, self._go = os.pipe()
-        stage, uid, gid = os.getpid(), os.geteuid(), os.getegid()
-        self.pid = os.fork()
-        if self.pid == 0:  # pragma: no cover - the child execs or exits
-            try:
-                os.close(self._go)
-                _LIBC.prctl(PR_SET_PDEATHSIG, 9)  # dies with the stage, and so with bwrap
-                word = os.read(self._go_read, 1) if os.getppid() == stage else b""
-                if word not in (b"g", b"m"):
-                    os._exit(1)  # the stage is gone or gave up
-                if word == b"m":  # a user namespace made as root: mapped from outside it,
-                    _map_ids(uid, gid, f"/proc/{stage}")  # as mapping 0 needs CAP_SETFCAP
-                os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # bwrap's memfds
-                for number in (SIGPIPE, SIGXFSZ):  # Python ignores these; pasta must not
-                    _LIBC.signal(number, SIG_DFL)
-                os.execv(pasta, [pasta, "--foreground", "--quiet", "--config-net",
-                                 "--runas", f"{uid}:{gid}", "-t", "none", "-u", "none",
-                                 "-T", "none", "-U", "none", "--no-map-gw", str(stage)])
-            finally:
-                os._exit(127)
-        os.close(self._go_read)
-
-    def start(self, userns_made: bool) -> None:
-        """Enter a network namespace of our own (owned by a user namespace pasta may join),
-        let pasta configure it, and wait for its default route."""
-        flags = CLONE_NEWNET if userns_made else CLONE_NEWNET | CLONE_NEWUSER
-        _check(_LIBC.unshare(flags), "unshare the network")
-        os.write(self._go, b"g" if userns_made else b"m")
-        os.close(self._go)
-        deadline = time.monotonic() + NETWORK_WAIT
-        while not _routed():
-            if os.waitpid(self.pid, os.WNOHANG)[0] != 0:
-                raise OSError(errno.ENETDOWN, "the sandbox's network: pasta exited")
-            if time.monotonic() > deadline:
-                raise OSError(errno.ETIMEDOUT, "the sandbox's network: pasta set up no route")
-            time.sleep(0.001)
-
-
-RTF_UP, RTF_REJECT = 0x1, 0x200
-
-
-def _routed() -> bool:
-    """Whether this network namespace has a default route that is up (IPv4 or IPv6; the
-    kernel lists an unreachable IPv6 default on `lo` in every namespace)."""
-    with open("/proc/self/net/route") as table:  # Iface Destination Gateway Flags ...
-        for fields in (line.split() for line in table.readlines()[1:]):
-            if fields[1] == "00000000" and int(fields[3], 16) & RTF_UP:
-                return True
-    try:
-        with open("/proc/self/net/ipv6_route") as table:  # dest len src len hop ... flags dev
-            for fields in (line.split() for line in table):
-                flags = int(fields[8], 16)
-                if fields[1] == "00" and flags & RTF_UP and not flags & RTF_REJECT:
-                    return True
-    except FileNotFoundError:
-        pass
-    return False
+def _join(joined: str, userns: bool) -> None:
+    """Join the network the server holds (`_hold`): ``NET:USER``, its descriptors. Root
+    joins the network alone; anyone else joins its user namespace first, whose owner it is
+    (and whose mapping is its own), and makes the private mount namespace in there."""
+    net, user = (int(fd) for fd in joined.split(":"))
+    if userns:
+        _check(_LIBC.setns(user, CLONE_NEWUSER), "join the network's user namespace")
+    _check(_LIBC.setns(net, CLONE_NEWNET), "join the network")
+    os.close(net)
+    os.close(user)
 
 
 def _map_ids(uid: int, gid: int, process: str = "/proc/self") -> None:
@@ -360,17 +299,16 @@ OPS = {"bind": Stage.bind, "cover": Stage.cover, "pin": Stage.pin,
 
 
 def build(plan: list[str]) -> None:
-    root, userns, pasta, ops = plan[0], bool(plan[1]), plan[2], plan[3:]
-    network = Network(pasta) if pasta else None
-    _namespace(userns)
+    root, userns, joined, ops = plan[0], bool(plan[1]), plan[2], plan[3:]
+    if joined:
+        _join(joined, userns)
+    _namespace(userns and not joined)
     stage = Stage(root)
     for index in range(0, len(ops), 3):
         operation, path, access = ops[index:index + 3]
         OPS[operation](stage, path, access)
     stage.finish()
     _fresh_keyring()
-    if network is not None:
-        network.start(userns_made=userns)
 
 
 def main() -> None:

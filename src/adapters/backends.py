@@ -17,6 +17,7 @@ import functools
 import importlib
 import os
 import shutil
+import socket
 import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -214,6 +215,20 @@ class LocalBackend:
         # other sandbox still mounts on them.
         if token:
             self._placeholders.release(token)
+
+    def session_socket(self, session_id: str, family: int, kind: int) -> socket.socket:
+        """A new socket in the session's network (made now if the session has none yet), to
+        connect into it from outside: what a sandbox of that session listens on is reached
+        so, and nothing it could not reach itself. Blocks (a network's making takes ~30 ms):
+        call it off the owner. Raises `Refused` where sandboxes get no network of their own
+        (no pasta, or ``host_network``)."""
+        if self._host_network or self._pasta is None:
+            raise Refused("sandboxes here get no network of their own (no pasta, or "
+                          "--host-network)")
+        try:
+            return self._networks.of(session_id).socket(family, kind)
+        except _netns.HolderFailed as exc:
+            raise Refused(f"the session's network could not be made: {exc}") from None
 
     def end_session(self, session_id: str) -> None:
         """The session is gone: so is its network (optional for a backend)."""

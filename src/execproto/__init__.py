@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time, `__getattr__` below
     from ._trace import ReplayResult as ReplayResult
     from ._trace import replay as replay
     from .actions import Action as Action
+    from .actions import AnswerProxy as AnswerProxy
     from .actions import CancelHttp as CancelHttp
     from .actions import CloseConnection as CloseConnection
     from .actions import CloseStdin as CloseStdin
@@ -93,6 +94,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time, `__getattr__` below
     from .events import OutputReceived as OutputReceived
     from .events import ProcessExited as ProcessExited
     from .events import ProcessSpawned as ProcessSpawned
+    from .events import ProxyAsked as ProxyAsked
     from .events import SendBlocked as SendBlocked
     from .events import SendDrained as SendDrained
     from .events import Shutdown as Shutdown
@@ -115,19 +117,18 @@ _WHERE = {name: module for module, names in {
     "._server": ("ServerCore",),
     "._session": ("Greeting",),
     "._trace": ("Recorder", "ReplayResult", "replay"),
-    ".actions": ("Action", "CancelHttp", "CloseConnection", "CloseStdin", "EndSession",
-                 "Finalize", "FsRequest",
-                 "HttpRequest", "PauseOutput", "ResizeTerminal", "ResumeOutput", "RunFs",
-                 "RunHttp", "Send", "Signal", "Spawn", "SpawnSpec", "Unwatch", "WatchMissing",
-                 "WriteStdin"),
+    ".actions": ("Action", "AnswerProxy", "CancelHttp", "CloseConnection", "CloseStdin",
+                 "EndSession", "Finalize", "FsRequest", "HttpRequest", "PauseOutput",
+                 "ResizeTerminal", "ResumeOutput", "RunFs", "RunHttp", "Send", "Signal", "Spawn",
+                 "SpawnSpec", "Unwatch", "WatchMissing", "WriteStdin"),
     ".client_events": ("CONNECTION_LOST", "ClientEvent", "Closed", "Exited", "Failure",
                        "HandshakeFailed", "HttpBodyDelta", "Output", "OutputLost", "Ready",
                        "Response", "ServerMisbehaved", "SessionLost"),
     ".events": ("ConnectionClosed", "ConnectionOpened", "Drain", "Encoded", "Event",
                 "FinalizeFailed", "FsCompleted", "HttpBodyReceived", "HttpFinished",
                 "HttpResponded", "MessageReceived", "MissingChanged", "OutputReceived",
-                "ProcessExited", "ProcessSpawned", "SendBlocked", "SendDrained", "Shutdown",
-                "SpawnFailed", "StdinWritten", "StreamClosed", "Tick"),
+                "ProcessExited", "ProcessSpawned", "ProxyAsked", "SendBlocked", "SendDrained",
+                "Shutdown", "SpawnFailed", "StdinWritten", "StreamClosed", "Tick"),
 }.items() for name in names}
 # The client's events, still importable from here as they were before `execproto.client_events`
 # held them, but not in ``__all__``: beside the server's events (`ConnectionClosed`,
@@ -147,6 +148,7 @@ __all__ = [
     "PARSE_ERROR",
     "SESSION_ATTACHED",
     "Action",
+    "AnswerProxy",
     "CancelHttp",
     "ClientCore",
     "ClientEvent",
@@ -181,6 +183,7 @@ __all__ = [
     "Policy",
     "ProcessExited",
     "ProcessSpawned",
+    "ProxyAsked",
     "Recorder",
     "ReplayResult",
     "ResizeTerminal",

@@ -42,9 +42,12 @@ class Malformed:
 
 @attrs.frozen
 class ClientResponse:
-    """A response from the client. The server sends no requests, so nothing can await one."""
+    """A response from the client, to one of the server's requests (``network/policyRequest``)
+    or to nothing: ``result`` as sent, or ``error`` (the error object) if it failed."""
 
     id: Id
+    result: Any = None
+    error: Any = None
 
 
 def describe(value: Any) -> str:
@@ -132,7 +135,7 @@ def parse(data: bytes | str) -> Incoming | Malformed | ClientResponse:
     method = message.get("method")
     if method is None:
         if "id" in message and ("result" in message or "error" in message):
-            return ClientResponse(message["id"])
+            return ClientResponse(message["id"], message.get("result"), message.get("error"))
         return Malformed("missing field `method`")
     if not isinstance(method, str):
         return Malformed(f"invalid type: {describe(method)}, expected a string")
@@ -147,6 +150,11 @@ def encode_result(msg_id: Id, result: Any) -> bytes:
 
 def encode_error(msg_id: Id, error: RpcError) -> bytes:
     return _dumps({"jsonrpc": "2.0", "id": msg_id, "error": error.to_json()}).encode("ascii")
+
+
+def encode_request(msg_id: int, method: str, params: Any) -> bytes:
+    return _dumps({"jsonrpc": "2.0", "id": msg_id, "method": method,
+                   "params": params}).encode("ascii")
 
 
 def encode_notification(method: str, params: Any) -> bytes:

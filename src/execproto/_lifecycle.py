@@ -191,6 +191,7 @@ class Timer(enum.Enum):
     EVICT = "a closed process stops being readable"  # subject: the Process
     EXPIRE = "a detached session expires"  # subject: the session id
     GREET = "a connection's initialize is due"  # subject: the conn
+    DECIDE = "a decider's answer is due"  # subject: (conn, the server's request id)
 
 
 class Do(enum.Enum):

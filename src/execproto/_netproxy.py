@@ -60,16 +60,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import attrs
 
-from ._errors import RpcError, invalid_params
-from ._fields import wrong_type
-from ._jsonrpc import describe
-
-T = TypeVar("T")
+from ._errors import invalid_params
 
 Protocol = Literal["http", "https_connect", "socks5_tcp", "socks5_udp"]
 PROTOCOLS: tuple[Protocol, ...] = ("http", "https_connect", "socks5_tcp", "socks5_udp")
@@ -95,10 +90,6 @@ MANAGED_TRANSPARENT_TCP = "transparent TCP requires an executor-local managed pr
 # What a local-binding client may reach directly (the reference's NO_PROXY when allowed).
 LOCAL_NO_PROXY = "localhost,127.0.0.1,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"
 
-_AUDIT_FIELDS = ("conversationId", "appVersion", "userAccountId", "authMode", "originator",
-                 "userEmail", "terminalType", "model", "slug")
-_MAX_PORT = 65535
-_MAX_UINT = 2**64 - 1
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -148,254 +139,6 @@ class ManagedNetwork:
     loopback_ports: tuple[int, ...] = ()
     allow_local_binding: bool = False
     transparent_tcp: bool = False
-
-
-# -- reading params, in the reference's deserializer's words ------------------------------------
-
-def _unexpected(value: Any) -> str:
-    """How serde names a value it read through a buffered (untagged) path: numbers precisely."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return describe(value)
-    if isinstance(value, int):
-        return f"integer `{value}`"
-    return f"floating point `{value!r}`"
-
-
-def _flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise wrong_type(value, "a boolean")
-    return value
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise wrong_type(value, "a string")
-    return value
-
-
-def _texts(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise wrong_type(value, "a sequence")
-    return tuple(_text(item) for item in value)
-
-
-def _u64(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise wrong_type(value, "u64")
-    if isinstance(value, float) or not 0 <= value <= _MAX_UINT:
-        raise invalid_params("invalid number")
-    return value
-
-
-def _u16(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise wrong_type(value, "u16")
-    if isinstance(value, float) or not 0 <= value <= _MAX_PORT:
-        raise invalid_params("invalid number")
-    return value
-
-
-def _expected(variants: tuple[str, ...]) -> str:
-    named = [f"`{variant}`" for variant in variants]
-    if len(named) == 2:
-        return f"{named[0]} or {named[1]}"
-    return "one of " + ", ".join(named)
-
-
-def _unit_enum(variants: tuple[str, ...], describe_value: Callable[[Any], str]) -> Any:
-    """A serde enum of unit variants: ``"name"`` or ``{"name": null}``."""
-
-    def convert(value: Any) -> str:
-        if isinstance(value, dict):
-            if len(value) != 1:
-                raise invalid_params("invalid value: map, expected map with a single key")
-            ((name, inner),) = value.items()
-        elif isinstance(value, str):
-            name, inner = value, None
-        else:
-            raise invalid_params(f"invalid type: {describe_value(value)}, expected string or map")
-        if name not in variants:
-            raise invalid_params(f"unknown variant `{name}`, expected {_expected(variants)}")
-        if inner is not None:
-            raise invalid_params(f"invalid type: {describe_value(inner)}, expected unit")
-        return str(name)
-
-    return convert
-
-
-_mode = _unit_enum(("limited", "full"), describe)
-_permission = _unit_enum(("none", "allow", "deny"), describe)
-_socket_permission = _unit_enum(("allow", "deny"), _unexpected)
-
-
-def _struct(value: Any, struct: str, fields: dict[str, Callable[[Any], Any]],
-            required: tuple[str, ...] = (), nullable: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Reads a JSON object as serde reads a struct: fields in the order they came (the first bad
-    one is the error), unknown ones ignored, then the first missing required one. A field in
-    ``nullable`` (an ``Option``) takes null as absent."""
-    if not isinstance(value, dict):
-        raise wrong_type(value, f"struct {struct}")
-    read: dict[str, Any] = {}
-    for name, item in value.items():
-        convert = fields.get(name)
-        if convert is None:
-            continue
-        read[name] = None if item is None and name in nullable else convert(item)
-    for name in required:
-        if name not in read:
-            raise invalid_params(f"missing field `{name}`")
-    return read
-
-
-def _domains(value: Any) -> tuple[tuple[str, str], ...]:
-    if not isinstance(value, dict):
-        raise wrong_type(value, "a map")
-    return tuple(sorted((pattern, _permission(given)) for pattern, given in value.items()))
-
-
-def _unix_sockets(value: Any) -> Any:
-    if not isinstance(value, dict):
-        raise wrong_type(value, "struct NetworkUnixSocketPermissions")
-    for given in value.values():
-        _socket_permission(given)
-    return value
-
-
-def _audit_metadata(value: Any) -> Any:
-    def optional_text(item: Any) -> str | None:
-        return None if item is None else _text(item)
-
-    if isinstance(value, list):
-        for item in value[:len(_AUDIT_FIELDS)]:
-            optional_text(item)
-        if len(value) < len(_AUDIT_FIELDS):
-            raise invalid_params(f"invalid length {len(value)}, expected struct "
-                                 f"NetworkProxyAuditMetadata with {len(_AUDIT_FIELDS)} elements")
-        if len(value) > len(_AUDIT_FIELDS):
-            raise invalid_params(f"invalid length {len(value)}, expected fewer elements in array")
-        return value
-    _struct(value, "NetworkProxyAuditMetadata", dict.fromkeys(_AUDIT_FIELDS, optional_text))
-    return value
-
-
-_PROXY_FIELDS: dict[str, Callable[[Any], Any]] = {
-    "enabled": _flag,
-    "enableSocks5": _flag,
-    "enableSocks5Udp": _flag,
-    "allowUpstreamProxy": _flag,
-    "dangerouslyAllowAllUnixSockets": _flag,
-    "mode": _mode,
-    "domains": _domains,
-    "unixSockets": _unix_sockets,
-    "allowLocalBinding": _flag,
-    "reviewDomains": _texts,
-    "transparentTcp": _flag,
-}
-_PROXY_REQUIRED = ("enabled", "enableSocks5", "enableSocks5Udp", "allowUpstreamProxy",
-                   "dangerouslyAllowAllUnixSockets", "mode", "allowLocalBinding")
-
-
-def _proxy(value: Any) -> ProxyConfig:
-    read = _struct(value, "RemoteNetworkProxyConfig", _PROXY_FIELDS, _PROXY_REQUIRED,
-                   nullable=("domains", "unixSockets"))
-    return ProxyConfig(
-        enabled=read["enabled"],
-        enable_socks5=read["enableSocks5"],
-        enable_socks5_udp=read["enableSocks5Udp"],
-        allow_upstream_proxy=read["allowUpstreamProxy"],
-        dangerously_allow_all_unix_sockets=read["dangerouslyAllowAllUnixSockets"],
-        mode=read["mode"],
-        allow_local_binding=read["allowLocalBinding"],
-        domains=read.get("domains") or (),
-        unix_sockets=read.get("unixSockets"),
-        review_domains=read.get("reviewDomains", ()),
-        transparent_tcp=read.get("transparentTcp", False),
-    )
-
-
-_LAUNCH_FIELDS: dict[str, Callable[[Any], Any]] = {
-    "proxy": _proxy,
-    "auditMetadata": _audit_metadata,
-    "environmentId": _text,
-    "executionId": _text,
-    "policyDecisionTimeoutMs": _u64,
-}
-
-
-def parse_launch(raw: Any, *, managed_linux_sandbox: bool = False) -> ProxyLaunch:
-    """``networkProxy`` of `process/start`, checked as the reference checks it: the shape
-    first, then a zero timeout, transparent TCP without a managed Linux sandbox (the caller
-    says whether the process gets one), a disabled proxy, unix socket paths, and the domain
-    patterns (``domains`` in sorted order, then ``reviewDomains``). Raises `RpcError`."""
-    read = _struct(raw, "RemoteNetworkProxyLaunchConfig", _LAUNCH_FIELDS, ("proxy",),
-                   nullable=("environmentId", "executionId", "policyDecisionTimeoutMs"))
-    launch = ProxyLaunch(
-        proxy=read["proxy"],
-        audit_metadata=read.get("auditMetadata"),
-        environment_id=read.get("environmentId"),
-        execution_id=read.get("executionId"),
-        policy_decision_timeout_ms=read.get("policyDecisionTimeoutMs"),
-    )
-    config = launch.proxy
-    if launch.policy_decision_timeout_ms == 0:
-        raise invalid_params(ZERO_TIMEOUT)
-    if config.transparent_tcp and not managed_linux_sandbox:
-        raise invalid_params(TRANSPARENT_TCP_SANDBOX)
-    if not config.enabled:
-        raise invalid_params(DISABLED)
-    _check_unix_sockets(config.unix_sockets)
-    for pattern, permission in config.domains:
-        if permission != "none":
-            check_pattern(pattern)
-    for pattern in config.review_domains:
-        check_pattern(pattern)
-    return launch
-
-
-def parse_managed(raw: Any) -> ManagedNetwork | None:
-    """``managedNetwork`` of `process/start` (null or absent: None). Its ``transparentTcp``
-    needs a ``networkProxy`` too: the caller answers `MANAGED_TRANSPARENT_TCP` without one."""
-    if raw is None:
-        return None
-
-    def ports(value: Any) -> tuple[int, ...]:
-        if not isinstance(value, list):
-            raise wrong_type(value, "a sequence")
-        return tuple(_u16(item) for item in value)
-
-    read = _struct(raw, "ManagedNetworkSandboxContext",
-                   {"loopbackPorts": ports, "allowLocalBinding": _flag, "transparentTcp": _flag})
-    return ManagedNetwork(
-        loopback_ports=read.get("loopbackPorts") or (),
-        allow_local_binding=bool(read.get("allowLocalBinding")),
-        transparent_tcp=bool(read.get("transparentTcp")),
-    )
-
-
-def _rust_debug(text: str) -> str:
-    """A string as Rust's ``{:?}`` shows it."""
-    escapes = {"\\": "\\\\", '"': '\\"', "\t": "\\t", "\r": "\\r", "\n": "\\n", "\0": "\\0"}
-    shown = []
-    for char in text:
-        if char in escapes:
-            shown.append(escapes[char])
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            shown.append(f"\\u{{{ord(char):x}}}")
-        else:
-            shown.append(char)
-    return '"' + "".join(shown) + '"'
-
-
-def _check_unix_sockets(sockets: Any) -> None:
-    if not sockets:
-        return
-    allowed = [path for path in sorted(sockets)
-               if _socket_permission(sockets[path]) == "allow"]
-    for index, path in enumerate(allowed):
-        if not path.startswith("/") or "\0" in path:
-            raise invalid_params(
-                f"{INVALID_CONFIG}invalid network.allow_unix_sockets[{index}]: expected a "
-                f"NUL-free absolute path for Linux, got {_rust_debug(path)}")
 
 
 # -- domain patterns ----------------------------------------------------------------------------
@@ -826,9 +569,9 @@ def proxy_env(config: ProxyConfig, http_port: int, socks_port: int | None) -> di
 
 
 __all__ = [
-    "ManagedNetwork", "ProxyConfig", "ProxyLaunch", "Question", "RpcError", "Verdict",
+    "ManagedNetwork", "ProxyConfig", "ProxyLaunch", "Question", "Verdict",
     "after_decider", "check_pattern", "decide", "decider_verdict", "decision_notification",
-    "is_local_address", "matches", "mode_guard", "normalize_host", "parse_launch",
-    "parse_managed", "policy_request", "proxy_env", "refusal", "socks_reply_code", "timestamp",
+    "is_local_address", "matches", "mode_guard", "normalize_host",
+    "policy_request", "proxy_env", "refusal", "socks_reply_code", "timestamp",
     "verdicts",
 ]

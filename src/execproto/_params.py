@@ -51,6 +51,11 @@ class StartParams:
     env_policy: EnvPolicy | None
     sandbox: SandboxRequest | None
     terminal_size: tuple[int, int] | None  # execproto's: (rows, cols) of a tty's first size
+    # The managed network: whether the sandbox must enforce it, and its details and proxy as
+    # sent (read by `_processes`, which knows whether the process gets a sandbox).
+    enforce_managed_network: bool = False
+    managed_network: Any = None
+    network_proxy: Any = None
 
 
 # A terminal's rows and columns: u16 in the kernel's struct winsize, and a 0 would mean "unknown"
@@ -133,6 +138,7 @@ def start(params: Any) -> StartParams:
     env_policy = fields.optional("envPolicy", _env_policy)
     sandbox = _sandbox.parse(fields.raw("sandbox"))
     terminal_size = _terminal_size(fields, tty)
+    enforce_managed_network = fields.flag("enforceManagedNetwork", False)
     if not argv:
         raise invalid_params("argv must not be empty")
     for index, arg in enumerate(argv):
@@ -153,6 +159,9 @@ def start(params: Any) -> StartParams:
         env_policy=env_policy,
         sandbox=sandbox,
         terminal_size=terminal_size,
+        enforce_managed_network=enforce_managed_network,
+        managed_network=fields.raw("managedNetwork"),
+        network_proxy=fields.raw("networkProxy"),
     )
 
 

@@ -11,7 +11,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import _descriptors, _params, _sandbox, _shares
+import attrs
+
+from . import _descriptors, _netproxy, _netproxy_params, _params, _sandbox, _shares
 from ._env import child_environment, login_shell
 from ._errors import (
     LocalProtocolError,
@@ -87,6 +89,11 @@ class ProcessHandlers(CoreState):
         shell = login_shell(self.host.environment_info) if p.tty else None
         env = child_environment(self.host.env, p.env, p.env_policy, terminal_shell=shell)
         sandbox = self._sandbox_for(p, env)
+        launch = self._proxy_launch(p, sandbox)
+        if launch is not None and sandbox is not None and (
+                self.config.floor is None or self.config.floor.network):
+            # The proxy is the sandbox's network, all of it (the operator's floor allowing).
+            sandbox = attrs.evolve(sandbox, network=True)
         handle = self._next_proc
         self._next_proc += 1
         process = Process(
@@ -115,7 +122,10 @@ class ProcessHandlers(CoreState):
             process_id=p.process_id,
             sandbox=sandbox,
             terminal_size=p.terminal_size,
+            proxy=launch.proxy if launch is not None else None,
         )
+        if launch is not None:
+            self._launches[handle] = launch
         self._emit(Spawn(proc=handle, spec=spec))
 
     def _check_process_limits(self, session: Session) -> None:
@@ -168,6 +178,27 @@ class ProcessHandlers(CoreState):
         if policy is not None and self.config.sandbox_type == "none":
             raise invalid_params(_sandbox.CANNOT_ENFORCE)
         return policy
+
+    def _proxy_launch(self, p: _params.StartParams,
+                      sandbox: Policy | None) -> _netproxy.ProxyLaunch | None:
+        """The managed network proxy to launch (``networkProxy``), checked as the reference
+        checks it. Managed networking enforced on a sandbox with the network but no proxy to
+        enforce it with fails closed (-32602), before anything runs."""
+        managed = _netproxy_params.parse_managed(p.managed_network)
+        if p.network_proxy is None:
+            if managed is not None and managed.transparent_tcp:
+                raise invalid_params(_netproxy.MANAGED_TRANSPARENT_TCP)
+            if p.enforce_managed_network and sandbox is not None and sandbox.network:
+                raise invalid_params(f"{_sandbox.CANNOT_ENFORCE}: managed networking is "
+                                     "enforced, and no networkProxy says how")
+            return None
+        linux_sandbox = sandbox is not None and self.config.sandbox_type == "linuxSeccomp"
+        launch = _netproxy_params.parse_launch(p.network_proxy,
+                                               managed_linux_sandbox=linux_sandbox)
+        if launch.proxy.transparent_tcp or (managed is not None and managed.transparent_tcp):
+            raise invalid_params(f"{_sandbox.CANNOT_ENFORCE}: transparent TCP is not "
+                                 "supported here (networkProxyTransparentTcp is false)")
+        return launch
 
     def _process_read(
         self, c: Connection, session: Session, msg_id: Id, p: _params.ReadParams
@@ -521,6 +552,7 @@ class ProcessHandlers(CoreState):
 
     def _forget(self, process: Process) -> None:
         del self._procs[process.proc]
+        self._launches.pop(process.proc, None)
         self._reclaimed.discard(process.proc)
         del process.session.processes[process.process_id]  # the id is free again at once
 

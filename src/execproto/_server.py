@@ -24,6 +24,7 @@ from ._errors import (
 from ._jsonrpc import Id
 from ._lifecycle import Do, SessionInput, Timer, may_hold
 from ._processes import ProcessHandlers
+from ._proxying import ProxyHandlers
 from ._services import parse_fs, parse_http
 from ._session import Connection, Greeting, Handshake, Session
 from ._stats import Stats
@@ -44,6 +45,7 @@ from .events import (
     OutputReceived,
     ProcessExited,
     ProcessSpawned,
+    ProxyAsked,
     SendBlocked,
     SendDrained,
     Shutdown,
@@ -108,7 +110,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class ServerCore(ProcessHandlers, WatchHandlers):
+class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
     """The exec-server protocol. Drive it with `handle`; sleep until `next_deadline`."""
 
     def __init__(self, config: Config | None = None, host: Host | None = None) -> None:
@@ -141,6 +143,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             HttpFinished: self._on_http_finished,
             Shutdown: self._on_shutdown,
             Drain: self._on_drain,
+            ProxyAsked: self._on_proxy_asked,
             Tick: self._on_tick,
         }
         self._methods: dict[str, Method] = {
@@ -179,6 +182,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             Timer.EVICT: self._on_evict_due,
             Timer.EXPIRE: self._on_session_expired,
             Timer.GREET: self._on_greet_due,
+            Timer.DECIDE: self._on_decide_due,
         }
 
     def handle(self, event: Event, now: float) -> list[Action]:
@@ -356,6 +360,7 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             self._cancel_read(read)
         self._drop_ops(c)
         self._connection_watches_closed(c)
+        self._asks_closed(c.conn)
         session = c.session
         if session is not None:
             session.detached_at = self._now
@@ -396,7 +401,8 @@ class ServerCore(ProcessHandlers, WatchHandlers):
             )
             self._fail(c.conn, _jsonrpc.UNKNOWN_ID, error)
         elif isinstance(message, _jsonrpc.ClientResponse):
-            self._close_connection(c, f"unexpected client response: {message.id!r}")
+            if not self._on_client_response(c, message):
+                self._close_connection(c, f"unexpected client response: {message.id!r}")
         elif message.id is None:
             self._on_notification(c, message.method)
         else:

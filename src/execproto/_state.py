@@ -8,16 +8,31 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from . import _descriptors
 from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError, invalid_request
 from ._jsonrpc import Id, encode_error, encode_notification, encode_result
 from ._lifecycle import Timer
+from ._netproxy import ProxyLaunch, Question
 from ._process import Process
 from ._session import Connection, Session
 from ._stats import Stats
 from ._timers import Timers
 from .actions import Action, Send
+
+
+@attrs.frozen
+class PendingAsk:
+    """A question the client's decider was asked (``network/policyRequest``), unanswered."""
+
+    ask: int  # the adapter's, for the `AnswerProxy`
+    proc: int
+    process_id: str
+    session_id: str
+    question: Question
+    clock: float  # wall clock minus the core's, when asked: for the decision's timestamp
 
 
 class CoreState:
@@ -53,6 +68,11 @@ class CoreState:
         self._descriptor_budget = _descriptors.budget(config, host.descriptor_limit)
         # A Drain came: no new processes (`process/start` is refused) or connections.
         self._draining = False
+        # The managed network proxy of each process that has one, till it is forgotten; the
+        # decider questions sent to clients and not yet answered, by (conn, request id).
+        self._launches: dict[int, ProxyLaunch] = {}
+        self._asks: dict[tuple[int, int], PendingAsk] = {}
+        self._next_request = 1
         self._next_proc = 1
         self._next_op = 1
         self._next_token = 1

@@ -12,15 +12,18 @@ from typing import Any, Literal
 
 import attrs
 
+from ._netproxy import ProxyConfig
 from ._policy import Policy
 
 __all__ = [
     "ACTION_TYPES",
     "Action",
+    "AnswerProxy",
     "CancelHttp",
     "CloseCode",
     "CloseConnection",
     "CloseStdin",
+    "EndSession",
     "Finalize",
     "FinalizeStatus",
     "FsRequest",
@@ -88,6 +91,12 @@ class SpawnSpec:
     # A tty's first size, (rows, columns), each 1..65535; None for 24 rows of 80 (execproto's
     # extension: ``rows`` and ``cols`` on ``process/start``). Always None without ``tty``.
     terminal_size: tuple[int, int] | None = None
+    # The managed network proxy to launch for it (``networkProxy``): its listeners, whose
+    # every connection is a `ProxyAsked`, and their variables in the environment
+    # (`execproto._netproxy.proxy_env`). With a sandbox, the proxy is all of its network: a
+    # namespace of its own with nothing but loopback and the listeners. Without one, the
+    # variables are advice, as the reference's are.
+    proxy: ProxyConfig | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -186,6 +195,18 @@ class Finalize(Action):
     status: FinalizeStatus
     exit_code: int | None
     timed_out: bool
+
+
+@attrs.frozen(kw_only=True)
+class AnswerProxy(Action):
+    """The answer to a `ProxyAsked`: let the connection through (to the addresses it asked
+    with, and no other), or refuse it with ``refusal`` (an HTTP status, headers and body, for
+    the HTTP listener) or ``socks_code`` (the SOCKS5 reply)."""
+
+    ask: int
+    allow: bool
+    refusal: tuple[int, tuple[tuple[str, str], ...], bytes] | None = None
+    socks_code: int = 0
 
 
 @attrs.frozen(kw_only=True)

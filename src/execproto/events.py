@@ -15,6 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from ._errors import RpcError
+from ._netproxy import Question
 
 __all__ = [
     "EVENT_TYPES",
@@ -22,6 +23,7 @@ __all__ = [
     "ConnectionClosed",
     "ConnectionOpened",
     "Drain",
+    "ProxyAsked",
     "Event",
     "FinalizeFailed",
     "FsCompleted",
@@ -238,6 +240,19 @@ class HttpFinished(Event):
 
     op: int
     error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ProxyAsked(Event):
+    """Process ``proc``'s managed network proxy was asked for a connection (``question``: what
+    to, resolved already). The core answers with `AnswerProxy` for the same ``ask``, at once or
+    once the client's decider has answered. ``wall`` is the wall clock (seconds since the
+    epoch), for the timestamp the client is told."""
+
+    proc: int
+    ask: int
+    question: Question
+    wall: float
 
 
 @attrs.frozen(kw_only=True)

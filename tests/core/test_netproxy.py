@@ -25,8 +25,6 @@ from execproto._netproxy import (
     is_local_address,
     matches,
     normalize_host,
-    parse_launch,
-    parse_managed,
     policy_request,
     proxy_env,
     refusal,
@@ -34,6 +32,7 @@ from execproto._netproxy import (
     timestamp,
     verdicts,
 )
+from execproto._netproxy_params import parse_launch, parse_managed
 
 
 def raw_proxy(**over: Any) -> dict[str, Any]:

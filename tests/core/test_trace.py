@@ -9,6 +9,7 @@ import attrs
 import pytest
 
 from execproto import (
+    AnswerProxy,
     CancelHttp,
     CloseConnection,
     CloseStdin,
@@ -34,6 +35,7 @@ from execproto import (
     PauseOutput,
     ProcessExited,
     ProcessSpawned,
+    ProxyAsked,
     Recorder,
     ReplayResult,
     ResizeTerminal,
@@ -58,6 +60,7 @@ from execproto import (
     WriteStdin,
     replay,
 )
+from execproto._netproxy import Question
 from execproto._trace import FORMAT, VERSION, from_json, load_header, to_json
 from execproto.actions import ACTION_TYPES
 from execproto.events import EVENT_TYPES
@@ -365,6 +368,10 @@ EVENT_SAMPLES: list[Any] = [
     MessageReceived(conn=2, data=b'{"id":1}\xff'),
     MessageReceived(conn=2, data='{"id":"\ud800 ✓"}'),
     ConnectionClosed(conn=3),
+    ProxyAsked(proc=2, ask=7, question=Question(protocol="http", host="example.com", port=80,
+                                                method="GET", client="127.0.0.1:40000",
+                                                addresses=("93.184.215.14",)),
+               wall=1_800_000_000.25),
     SendBlocked(conn=4),
     SendDrained(conn=4),
     ProcessSpawned(proc=5, pid=12345),
@@ -396,6 +403,9 @@ ACTION_SAMPLES: list[Any] = [
     Send(conn=1, data=b'{"jsonrpc":"2.0"}'),
     CloseConnection(conn=1, code=1008, reason="policy"),
     EndSession(session_id="session-1"),
+    AnswerProxy(ask=7, allow=True),
+    AnswerProxy(ask=8, allow=False, refusal=(403, (("x-proxy-error", "blocked-by-denylist"),),
+                                             b'{"status":"blocked"}'), socks_code=2),
     Spawn(proc=2, spec=SpawnSpec(argv=("sh", "-c", "x"), arg0=None, cwd="/tmp",
                                  env=(("A", "1"), ("B", "")), tty=True, pipe_stdin=False,
                                  session_id="s", process_id="p")),

@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from execproto import Policy, SpawnSpec
 from execproto.policy import PathRule, PlantedLink, deepest, pinned
@@ -41,8 +41,12 @@ from execproto.policy import PathRule, PlantedLink, deepest, pinned
 from . import _glob, _hold, _seccomp, _stage
 from ._posix import readlink, remove_empty_directory
 
-if TYPE_CHECKING:
-    from ._netns import Holder
+
+class Network(Protocol):
+    """A network namespace the server holds (`_netns.Holder`): its descriptors, to join."""
+
+    net: int
+    user: int
 
 # The wrappers' whole environment: nothing a client chose.
 WRAPPER_ENV = (("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),)
@@ -266,7 +270,7 @@ class Sandbox:
     """
 
     def __init__(self, bwrap: str, floor: Policy | None, placeholders: Placeholders,
-                 network: Callable[[], Holder] | None = None) -> None:
+                 network: Callable[[], Network] | None = None) -> None:
         self._bwrap = bwrap
         # The network of a sandbox that may use it: the namespace it gives (its session's,
         # made at the first call), or None: the host's.

@@ -1,0 +1,146 @@
+"""The proxy room: each process's listeners, and every connection accepted on them.
+
+A listener is watched on the `Loop` while its process may open another connection: at
+``Limits.per_process`` of its own open, or ``Limits.total`` in the room, it is left unwatched
+(the kernel's backlog holds who knocks) until one of them closes. So a process that floods
+its proxy waits behind its own connections, never another process's. `close` ends a
+process's listeners and connections; nothing it held stays open or watched.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+import attrs
+
+from .._loop import Loop
+from ._http_proxy import HttpClient
+from ._hub import Hub, Limits, Refusal
+from ._question import Question
+from ._socks import SocksClient
+
+ACCEPTS = 16  # connections taken per readiness of one listener, so others get their turn
+ACCEPT_RETRY = 0.1  # seconds between tries while accept() fails (out of descriptors, say)
+DEFAULT_LIMITS = Limits()
+
+
+@attrs.define(eq=False)
+class Listener:
+    proc: int
+    sock: socket.socket
+    socks: bool  # SOCKS5, else HTTP
+    udp: bool
+    watched: bool = False
+    closed: bool = False
+
+
+class ProxyRoom:
+    """``ask(proc, question_id, question)``: what the core is asked, for ``proc``'s connection;
+    its verdict comes back through `answer` with the same ``question_id``."""
+
+    def __init__(self, loop: Loop, ask: Callable[[int, int, Question], None],
+                 limits: Limits = DEFAULT_LIMITS) -> None:
+        self._loop = loop
+        self._hub = Hub(loop, ask, limits)
+        self._hub.on_closed = self._room_made
+        self._listeners: dict[int, list[Listener]] = {}  # by process
+
+    def listen(self, proc: int, http: socket.socket, socks: socket.socket | None,
+               udp: bool) -> None:
+        """Serve ``proc``'s listening sockets (already bound and listening); the room owns them
+        from now on."""
+        held = self._listeners.setdefault(proc, [])
+        for sock, is_socks in ((http, False), (socks, True)):
+            if sock is not None:
+                sock.setblocking(False)
+                listener = Listener(proc, sock, is_socks, udp)
+                held.append(listener)
+                self._watch(listener)
+
+    def answer(self, question_id: int, allow: bool,
+               refusal: Refusal | None, socks_code: int) -> None:
+        """The core's verdict for a question ``ask`` was given; one no longer waited for (its
+        connection closed meanwhile) is ignored."""
+        self._hub.answer(question_id, allow, refusal, socks_code)
+
+    def close(self, proc: int) -> None:
+        """``proc`` ended: its listeners and every connection it has are closed."""
+        for listener in self._listeners.pop(proc, []):
+            listener.closed = True
+            self._unwatch(listener)
+            listener.sock.close()
+        for handler in list(self._hub.open.get(proc, ())):
+            handler.close()
+
+    def close_all(self) -> None:
+        for proc in list(self._listeners) + list(self._hub.open):
+            self.close(proc)
+
+    # -- what a test or a gauge reads ------------------------------------------------------------
+
+    @property
+    def buffered(self) -> int:
+        """Bytes read from one side of a connection and not yet written to the other, now."""
+        return self._hub.meter.buffered
+
+    @property
+    def peak_buffered(self) -> int:
+        """The most one direction of one connection has held."""
+        return self._hub.meter.peak
+
+    def connections(self, proc: int | None = None) -> int:
+        return self._hub.count if proc is None else len(self._hub.open.get(proc, ()))
+
+    @property
+    def questions(self) -> int:
+        """Questions asked and not yet answered (or given up)."""
+        return self._hub.questions
+
+    # -- accepting -------------------------------------------------------------------------------
+
+    def _watch(self, listener: Listener) -> None:
+        if not listener.closed and not listener.watched and not self._hub.full(listener.proc):
+            listener.watched = True
+            self._loop.watch_read(listener.sock.fileno(), lambda: self._ready(listener))
+
+    def _unwatch(self, listener: Listener) -> None:
+        if listener.watched:
+            listener.watched = False
+            self._loop.unwatch_read(listener.sock.fileno())
+
+    def _ready(self, listener: Listener) -> None:
+        for _ in range(ACCEPTS):
+            if listener.closed:
+                return
+            if self._hub.full(listener.proc):
+                self._unwatch(listener)  # watched again when one of its connections closes
+                return
+            try:
+                sock, address = listener.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError:
+                self._unwatch(listener)
+                self._loop.call_at(self._loop.now() + ACCEPT_RETRY,
+                                   lambda: self._watch(listener))
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if listener.socks:
+                SocksClient(self._hub, listener.proc, sock, address, listener.sock, listener.udp)
+            else:
+                HttpClient(self._hub, listener.proc, sock, address)
+
+    def _room_made(self, proc: int) -> None:
+        """A connection of ``proc``'s closed: its listeners may accept again, and, if the room
+        was full, every process's."""
+        if self._hub.count == self._hub.limits.total - 1:
+            for held in self._listeners.values():
+                for listener in held:
+                    self._watch(listener)
+        else:
+            for listener in self._listeners.get(proc, ()):
+                self._watch(listener)

@@ -280,6 +280,11 @@ def test_socks_refusal_replies_the_code_given(runner: LoopThread) -> None:
     sock.close()
 
 
+def relay_of(reply: bytes) -> tuple[str, int]:
+    """The address a UDP ASSOCIATE's reply names (IPv4)."""
+    return socket.inet_ntop(socket.AF_INET, reply[4:8]), int.from_bytes(reply[8:10], "big")
+
+
 def udp_associate(socks_at: tuple[str, int]) -> tuple[socket.socket, bytes]:
     return socks_request(socks_at, 3, "0.0.0.0", 0, "ipv4")
 
@@ -291,7 +296,7 @@ def test_udp_associate_relays_allowed_destinations_when_on(runner: LoopThread) -
     control, reply = udp_associate(socks_at)
     try:
         assert reply[:2] == b"\x05\x00"
-        relay = (socket.inet_ntop(socket.AF_INET, reply[4:8]), int.from_bytes(reply[8:10], "big"))
+        relay = relay_of(reply)
         client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         client.bind(("127.0.0.1", 0))
         client.settimeout(5)
@@ -391,6 +396,7 @@ def test_per_process_cap_makes_only_that_process_wait(runner: LoopThread,
     assert conn.getresponse().read() == b"hello from origin"
     conn.close()
     assert proxy.read(lambda room: room.connections(1)) == 3
+    assert proxy.policy.procs == [1, 1, 1, 2]  # each question names its process
     tunnels.pop().close()  # room for one more of the first process's
     extra.settimeout(5)
     assert read_all(extra).startswith(b"HTTP/1.1 200 ")
@@ -402,7 +408,6 @@ def test_per_process_cap_makes_only_that_process_wait(runner: LoopThread,
 def test_closing_leaves_no_descriptor_or_watch(runner: LoopThread, echo_origin: TcpOrigin,
                                                origin: HttpOrigin, how: str) -> None:
     proxy = Proxy(runner)
-    proxy.read(lambda room: None)
     fds_before, watches_before = fds(), runner.watches()
     http_address, socks_at = proxy.listen(7, udp=True)
     kept = http.client.HTTPConnection(*http_address, timeout=5)  # a kept-alive client
@@ -414,6 +419,15 @@ def test_closing_leaves_no_descriptor_or_watch(runner: LoopThread, echo_origin: 
     assert reply[1] == 0
     control, reply = udp_associate(socks_at)
     assert reply[1] == 0
+    remote = UdpEcho()  # a datagram relayed, so the association has its outward socket too
+    client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    client.settimeout(5)
+    client.bind(("127.0.0.1", 0))
+    client.sendto(b"\0\0\0" + socks_address("127.0.0.1", remote.port, "ipv4") + b"hi",
+                  relay_of(reply))
+    assert client.recvfrom(100)[0].endswith(b"echo:hi")
+    client.close()
+    remote.close()
     held = socket.create_connection(http_address, timeout=5)  # its question never answered
     held.sendall(b"GET http://held.test/ HTTP/1.1\r\nHost: held.test\r\n\r\n")
     half = socket.create_connection(http_address, timeout=5)
@@ -440,7 +454,7 @@ def test_closing_leaves_no_descriptor_or_watch(runner: LoopThread, echo_origin: 
     assert runner.watches() == watches_before
 
 
-def test_a_half_finished_request_times_out(runner: LoopThread) -> None:
+def test_a_half_finished_request_times_out(runner: LoopThread, origin: HttpOrigin) -> None:
     proxy = Proxy(runner, Limits(request_timeout=0.5, linger=1.0))
     http_address, socks_at = proxy.listen(1)
     started = time.monotonic()
@@ -448,6 +462,11 @@ def test_a_half_finished_request_times_out(runner: LoopThread) -> None:
     took = time.monotonic() - started
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert 0.4 < took < 3, took
+    started = time.monotonic()  # a body that stops coming
+    answer = raw_exchange(http_address, f"POST http://127.0.0.1:{origin.port}/echo HTTP/1.1\r\n"
+                          "Host: x\r\nContent-Length: 100\r\n\r\nonly ten..".encode())
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert 0.4 < time.monotonic() - started < 3
     started = time.monotonic()
     with socket.create_connection(socks_at, timeout=5) as sock:
         sock.sendall(b"\x05\x01\x00")
@@ -455,4 +474,4 @@ def test_a_half_finished_request_times_out(runner: LoopThread) -> None:
         assert read_all(sock) == b""  # no request came: closed
     assert 0.4 < time.monotonic() - started < 3
     assert proxy.read(lambda room: room.connections()) == 0
-    assert proxy.policy.asked == []
+    assert [question.host for question in proxy.policy.asked] == ["127.0.0.1"]  # the POST

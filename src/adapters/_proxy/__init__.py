@@ -2,12 +2,14 @@
 the `Loop` alone, so every adapter runs them the same way.
 
 The room decides nothing. Before any connection leaves it resolves the name (`_lookups`), asks
-the core through ``ask`` and acts on the answer (`ProxyRoom.answer`), connecting only to the
-addresses it resolved. `_room`: the listeners, accepted under per-process and total caps;
-`_hub`: what every connection shares (the limits, the questions, the lookups, the dials, the
-count of buffered bytes); `_side` and `_relay`: one socket's bounded queue and two of them
-moved both ways; `_http_proxy` (with h11) and `_socks` (a small sans-I/O SOCKS5 parser) for the
-clients; `_udp`: UDP ASSOCIATE. It imports no other room, only the shared `_loop`.
+the core through ``ask(proc, question_id, question)`` and acts on `ProxyRoom.answer`,
+connecting (`_dial`) only to the addresses it resolved and asked about. `_room`: the
+listeners, accepted under per-process and total caps; `_hub`: what every connection shares
+(the `Limits`, the questions, the lookups, the count of buffered bytes, the open connections by
+process); `_side` and `_relay`: one socket's bounded queue, and two of them moved both ways;
+`_http_proxy` (with h11) and `_socks` (over `_socks_wire`, SOCKS5's bytes, sans-I/O) for the
+clients; `_udp`: UDP ASSOCIATE. It imports no other room, only the shared `_loop` and the
+core's `Question`.
 """
 
 from ._hub import Limits

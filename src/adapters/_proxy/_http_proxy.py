@@ -121,6 +121,7 @@ class HttpClient:
         self._dial: Dial | None = None
         self._responded = False  # this exchange's response has begun
         self._head_read = 0  # bytes read since the last request began
+        self._last_read = 0.0  # when the client's request body last gave bytes
         hub.opened(self)
         self._await_request()
 
@@ -135,14 +136,15 @@ class HttpClient:
         # refused (431) even when it came whole in one read.
         self._head_read = 0
         client.budget = lambda: self._limits.header_bytes + 1 - self._head_read
-        self._timer = self._hub.loop.call_at(
-            self._hub.loop.now() + self._limits.request_timeout, self._timed_out)
+        self._arm(self._hub.loop.now() + self._limits.request_timeout, self._timed_out)
         client.read(True)
         self._next()  # a request already read (pipelined) goes on at once
 
     def _client_data(self, data: bytes) -> None:
         if self._phase is Phase.HEAD:
             self._head_read += len(data)
+        else:
+            self._last_read = self._hub.loop.now()
         try:
             self._conn.receive_data(data)
         except RuntimeError:
@@ -254,7 +256,34 @@ class HttpClient:
         client.on_drained = self._client_drained
         upstream.on_drained = self._upstream_drained
         upstream.read(True)
+        self._last_read = self._hub.loop.now()
+        self._body_check()
         self._pump_request()
+
+    def _body_check(self) -> None:
+        """While the request's body is being sent up, the client may pause no longer than
+        ``request_timeout`` between reads (a pause the room made, waiting for the upstream to
+        read, does not count)."""
+        if self._closed or self._phase is not Phase.FORWARD or self._up is None:
+            return
+        loop, timeout = self._hub.loop, self._limits.request_timeout
+        waiting = self.upstream is not None and self.upstream.queued >= self._limits.buffer
+        if self._up.our_state is not h11.SEND_BODY:
+            return  # the request is whole
+        if waiting:
+            self._last_read = loop.now()
+        elif loop.now() - self._last_read >= timeout:
+            if self._responded:
+                self.close()
+            else:
+                self._fail(408, "request body not received in time")
+            return
+        self._arm(self._last_read + timeout, self._body_check)
+
+    def _arm(self, when: float, call: Callable[[], None]) -> None:
+        """The connection's one timer, set anew."""
+        self._timer()
+        self._timer = self._hub.loop.call_at(when, call)
 
     def _pump_request(self) -> None:
         """Send on what the client's h11 holds of the request's body; read more if it needs."""
@@ -341,6 +370,7 @@ class HttpClient:
 
     def _exchanged(self) -> None:
         """The response is whole: drop the upstream, keep the client if both sides allow."""
+        self._timer()
         if self.upstream is not None:
             self.upstream.close()
         self.upstream, self._up = None, None
@@ -380,9 +410,7 @@ class HttpClient:
     def _end(self) -> None:
         """Close once what is queued for the client is written, within ``linger``."""
         self._phase = Phase.LAST
-        self._timer()
-        self._timer = self._hub.loop.call_at(self._hub.loop.now() + self._limits.linger,
-                                             self.close)
+        self._arm(self._hub.loop.now() + self._limits.linger, self.close)
         self.client.end(self.close)
 
     def close(self) -> None:

@@ -19,12 +19,13 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import attrs
 
 from execproto import Policy, SpawnSpec
+from execproto.netproxy import ProxyConfig, proxy_env
 from execproto.policy import PathRule, PlantedLink, pinned
 
 from ._files._beneath import Scope
@@ -47,6 +48,33 @@ class ExecSpec:
     # Descriptors the command inherits at the same numbers; the driver closes them once the
     # spawn is done, whether or not it succeeded.
     pass_fds: tuple[int, ...] = ()
+    # The managed network proxy's listeners, where the request has one (`SpawnSpec.proxy`):
+    # the driver serves them from the spawn on (and closes them if it fails). A backend that
+    # leaves them out where a proxy was asked for has the spawn refused.
+    listeners: Listeners | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Listeners:
+    """A process's proxy listeners, bound and listening where the process reaches them."""
+
+    http: socket.socket
+    socks: socket.socket | None
+    udp: bool  # SOCKS5 UDP associations allowed
+
+    def close(self) -> None:
+        self.http.close()
+        if self.socks is not None:
+            self.socks.close()
+
+
+@attrs.frozen
+class _Token:
+    """What a sandboxed process's finalize releases: the placeholders it used, and the
+    private network its proxy is all of, if any."""
+
+    uses: tuple[str, ...]
+    network: _netns.Holder | None = None
 
 
 class Backend(Protocol):
@@ -162,27 +190,50 @@ class LocalBackend:
 
     def prepare(self, request: SpawnSpec) -> ExecSpec:
         if request.sandbox is None:
-            return ExecSpec(argv=request.argv, env=request.env, cwd=request.cwd,
-                            arg0=request.arg0)
+            listeners = None if request.proxy is None else _listen(socket.socket, request.proxy)
+            env = request.env if listeners is None else _with_proxy(request, listeners)
+            return ExecSpec(argv=request.argv, env=env, cwd=request.cwd, arg0=request.arg0,
+                            listeners=listeners)
         if self._bwrap is None:
             raise Refused(CANNOT_ENFORCE)
-        if request.sandbox.network and not self._host_network and self._pasta is None:
+        proxied = request.proxy is not None and request.sandbox.network
+        if proxied and self._host_network:
+            raise Refused(f"{CANNOT_ENFORCE}: the managed network proxy needs a network of the "
+                          "sandbox's own, and this server shares the host's (--host-network)")
+        if request.sandbox.network and not (self._host_network or proxied) and (
+                self._pasta is None):
             raise Refused(f"{CANNOT_ENFORCE}: {NO_PASTA}")
-        network = (None if self._host_network
-                   else functools.partial(self._networks.of, request.session_id))
-        sandbox = _bwrap.Sandbox(self._bwrap, self.floor, self._placeholders, network=network)
+        policy = request.sandbox
+        private = listeners = None
         try:
+            if proxied:  # a network of its own, with nothing in it but loopback and the proxy
+                assert request.proxy is not None
+                private = _netns.Holder(None)
+                listeners = _listen(private.socket, request.proxy)
+                request = attrs.evolve(request, env=_with_proxy(request, listeners))
+            network = (None if self._host_network
+                       else (lambda: private) if private is not None
+                       else functools.partial(self._networks.of, request.session_id))
+            sandbox = _bwrap.Sandbox(self._bwrap, self.floor, self._placeholders,
+                                     network=network)
             # The start's budget (`_bwrap.Budget`) covers the program's lookup too.
-            Budget.shape(request.sandbox)
+            Budget.shape(policy)
             program = self._visible_program(request, sandbox.budget)
-            argv = sandbox.command(request.sandbox, request, program)
-        except _bwrap.CannotEnforce as exc:
-            raise Refused(f"{CANNOT_ENFORCE}: {exc}") from None
-        except _netns.HolderFailed as exc:
-            raise Refused(f"{CANNOT_ENFORCE}: the sandbox's network could not be made: "
-                          f"{exc}") from None
+            argv = sandbox.command(policy, request, program)
+        except BaseException as exc:
+            if listeners is not None:
+                listeners.close()
+            if private is not None:
+                private.close()
+            if isinstance(exc, _bwrap.CannotEnforce):
+                raise Refused(f"{CANNOT_ENFORCE}: {exc}") from None
+            if isinstance(exc, _netns.HolderFailed):
+                raise Refused(f"{CANNOT_ENFORCE}: the sandbox's network could not be made: "
+                              f"{exc}") from None
+            raise
         return ExecSpec(argv=tuple(argv), env=_bwrap.WRAPPER_ENV, cwd=request.cwd,
-                        pass_fds=tuple(sandbox.fds), token=tuple(sandbox.uses))
+                        pass_fds=tuple(sandbox.fds), listeners=listeners,
+                        token=_Token(tuple(sandbox.uses), private))
 
     def _visible_program(self, request: SpawnSpec, budget: Budget) -> str:
         """The program, looked up where the sandbox lets it look. The cwd and the program are
@@ -214,7 +265,9 @@ class LocalBackend:
         # The sandbox is gone: the mount points it used on the host are removed once no
         # other sandbox still mounts on them.
         if token:
-            self._placeholders.release(token)
+            self._placeholders.release(token.uses)
+            if token.network is not None:
+                token.network.close()
 
     def session_socket(self, session_id: str, family: int, kind: int) -> socket.socket:
         """A new socket in the session's network (made now if the session has none yet), to
@@ -237,6 +290,41 @@ class LocalBackend:
     def close(self) -> None:
         """The server stopped: every session's network goes (optional for a backend)."""
         self._networks.close()
+
+
+# How many connections a proxy listener's backlog holds while the room is not accepting.
+PROXY_BACKLOG = 128
+
+
+def _listen(make: Callable[[int, int], socket.socket], proxy: ProxyConfig) -> Listeners:
+    """The proxy's listeners, on 127.0.0.1 of wherever ``make`` makes sockets."""
+    def listener() -> socket.socket:
+        sock = make(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(PROXY_BACKLOG)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    http = listener()
+    try:
+        socks = listener() if proxy.enable_socks5 else None
+    except BaseException:
+        http.close()
+        raise
+    return Listeners(http=http, socks=socks, udp=proxy.enable_socks5 and proxy.enable_socks5_udp)
+
+
+def _with_proxy(request: SpawnSpec, listeners: Listeners) -> tuple[tuple[str, str], ...]:
+    """The child's environment with the proxy's variables (the policy's, `proxy_env`): they
+    win over the client's own, as the reference's do."""
+    assert request.proxy is not None
+    socks = listeners.socks.getsockname()[1] if listeners.socks is not None else None
+    added = proxy_env(request.proxy, listeners.http.getsockname()[1], socks)
+    return tuple((name, value) for name, value in request.env if name not in added) + tuple(
+        added.items())
 
 
 def _usable_pasta() -> str | None:

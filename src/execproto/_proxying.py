@@ -23,6 +23,7 @@ from .events import ProxyAsked
 # Questions one connection's decider may have unanswered at once: past it, the next is denied
 # at once (a sandbox opening connections in a loop must not grow the server's memory).
 MAX_ASKS_PER_CONNECTION = 256
+SOCKS = ("socks5_tcp", "socks5_udp")
 # What a question is answered when its process is gone (its listeners are closing).
 GONE = _netproxy.Verdict(decision="deny", reason=_netproxy.NOT_ALLOWED)
 
@@ -107,6 +108,10 @@ class ProxyHandlers(CoreState):
         if verdict.allowed:
             self._emit(AnswerProxy(ask=ask, allow=True))
             return
+        code = _netproxy.socks_reply_code(verdict)
+        if question.protocol in SOCKS:  # a SOCKS5 client hears a reply code, and no body
+            self._emit(AnswerProxy(ask=ask, allow=False, socks_code=code))
+            return
         status, headers, body = _netproxy.refusal(question, verdict)
         self._emit(AnswerProxy(ask=ask, allow=False, refusal=(status, tuple(headers), body),
-                               socks_code=_netproxy.socks_reply_code(verdict)))
+                               socks_code=code))

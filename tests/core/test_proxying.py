@@ -199,3 +199,13 @@ def test_a_flood_of_questions_is_bounded() -> None:
     sent = [a for a in h.actions if isinstance(a, Send)
             and b"network/policyRequest" in a.data]
     assert len(sent) == MAX_ASKS_PER_CONNECTION
+
+
+def test_a_socks_refusal_is_a_reply_code() -> None:
+    h, proc, _ = launched(sandbox=network())
+    assert proc is not None
+    socks = Question(protocol="socks5_tcp", host="blocked.example", port=443,
+                     client="127.0.0.1:40003", addresses=("93.184.215.15",))
+    (answer, _) = ask(h, proc, socks, 5)
+    assert answer == AnswerProxy(ask=5, allow=False, socks_code=2)
+    assert [d["protocol"] for d in decisions(h)] == ["socks5_tcp"]

@@ -15,12 +15,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from execproto import (
+    AnswerProxy,
     CloseStdin,
     EndSession,
     Event,
@@ -30,6 +32,7 @@ from execproto import (
     PauseOutput,
     ProcessExited,
     ProcessSpawned,
+    ProxyAsked,
     ResizeTerminal,
     ResumeOutput,
     Signal,
@@ -40,8 +43,10 @@ from execproto import (
     WriteStdin,
 )
 from execproto.events import Stream
+from execproto.netproxy import Question
 
 from .._loop import Loop
+from .._proxy import ProxyRoom
 from .._shares import Shares
 from ..backends import Backend, Refused
 from . import _cgroups, _posix
@@ -113,7 +118,11 @@ class Children:
             ResumeOutput: self._resume,
             Finalize: self._finalize,
             EndSession: self._end_session,
+            AnswerProxy: self._answer_proxy,
         }
+        # Each process's managed network proxy (`SpawnSpec.proxy`): its listeners, served
+        # from its spawn to its finalize, asking the core about every connection.
+        self.proxy = ProxyRoom(loop, self._ask_proxy)
 
     def _running(self, proc: int) -> tuple[Record, _posix.Child]:
         record = self._records[proc]
@@ -146,6 +155,11 @@ class Children:
             return exc, None
         spec = attrs.evolve(action.spec, argv=prepared.argv, env=prepared.env, cwd=prepared.cwd,
                             arg0=prepared.arg0)
+        if spec.proxy is not None and getattr(prepared, "listeners", None) is None:
+            for fd in prepared.pass_fds:
+                _posix.close_quietly(fd)
+            return prepared, OSError(errno.EOPNOTSUPP, "the backend launches no managed "
+                                     "network proxy, and the request has one")
         try:
             return prepared, _posix.spawn(spec, prepared.pass_fds,
                                           _cgroups.wrapper(place, spec.env))
@@ -161,6 +175,9 @@ class Children:
             self._tree.finished(action.proc)
             self._prepare_failed(action, prepared)
             return
+        listeners = getattr(prepared, "listeners", None)
+        if listeners is not None and (self._failed() or not isinstance(child, _posix.Child)):
+            listeners.close()  # nothing will connect to them
         if self._failed():  # the core failed meanwhile: nothing of it may run
             if isinstance(child, _posix.Child):
                 child.signal_group("KILL")
@@ -185,6 +202,8 @@ class Children:
                  extra={"fields": {"process": request.process_id, "session": request.session_id,
                                    "pid": child.pid, "program": request.argv[0],
                                    "cwd": request.cwd, "sandbox": sandbox}})
+        if listeners is not None:
+            self.proxy.listen(action.proc, listeners.http, listeners.socks, listeners.udp)
         self._feed(ProcessSpawned(proc=action.proc, pid=child.pid))
         self.loop.watch_read(child.pidfd, lambda: self._on_exit(action.proc))
         for stream in child.outputs:
@@ -387,6 +406,7 @@ class Children:
                                        "timed_out": action.timed_out}})
             self._release(record)
         self._tree.finished(action.proc)  # a terminated process leaves nothing behind
+        self.proxy.close(action.proc)
         if record is not None:
             self._finalize_backend(action.proc, record.token, action.status, action.exit_code,
                                    action.timed_out, record.session_id)
@@ -434,6 +454,16 @@ class Children:
         record.paused, record.stdin_pending, record.stdin_closing = False, None, False
         child.reap()
 
+    def _ask_proxy(self, proc: int, ask: int, question: Question) -> None:
+        if not self._failed():
+            self._feed(ProxyAsked(proc=proc, ask=ask, question=question, wall=time.time()))
+
+    def _answer_proxy(self, action: AnswerProxy) -> None:
+        refusal = action.refusal
+        self.proxy.answer(action.ask, action.allow,
+                          None if refusal is None else (refusal[0], list(refusal[1]), refusal[2]),
+                          action.socks_code)
+
     def _end_session(self, action: EndSession) -> None:
         """What the backend keeps for the session (its network) goes, off the owner, after
         the session's starts still being prepared (its share runs them in turn)."""
@@ -455,6 +485,7 @@ class Children:
     def kill_all(self) -> None:
         """The core failed: nothing it started may outlive it. Every process group is killed
         and reaped, and every backend token finalized as failed."""
+        self.proxy.close_all()
         for proc, record in list(self._records.items()):
             if record.child is None:
                 continue

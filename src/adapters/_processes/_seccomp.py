@@ -33,6 +33,13 @@ and the host's agents, so a sandbox has no use for it, and the operator's `--hos
 AF_ALG (the kernel's ciphers, no network at all) stays allowed with the network, as under
 the reference.
 
+Behind the managed network proxy (`SpawnSpec.proxy`) the network namespace holds nothing but
+loopback and the proxy's listeners, but a named AF_UNIX socket is found by its path, in no
+network namespace: with `connect` allowed (the proxy needs it), a socket on the host's file
+system (a container runtime's, a local proxy's) would be a way around the proxy. So there
+`socket` is denied for AF_UNIX unless the proxy's configuration allows every unix socket
+(``dangerouslyAllowAllUnixSockets``); `socketpair`, which names nothing, stays allowed.
+
 How the arguments are compared: the kernel reads `socket`'s family and type as 32-bit ints,
 while seccomp sees the whole 64-bit register, so no call may get past a denial through bits
 the kernel ignores. The type is compared with SCMP_CMP_MASKED_EQ on the kernel's own
@@ -63,7 +70,7 @@ UNIX_TYPES = (socket.SOCK_STREAM, socket.SOCK_SEQPACKET)
 INT_MASK = 0xFFFF_FFFF
 AF_VSOCK = 40  # socket.AF_VSOCK, which Python leaves out where its headers lack it
 
-_programs: dict[bool, bytes] = {}
+_programs: dict[tuple[bool, bool], bytes] = {}
 
 
 def problem() -> str | None:
@@ -75,14 +82,15 @@ def problem() -> str | None:
     return None
 
 
-def program(network: bool) -> bytes:
-    """The BPF program for a sandbox with the network allowed or not (built once)."""
-    if network not in _programs:
-        _programs[network] = _build(network)
-    return _programs[network]
+def program(network: bool, unix: bool = True) -> bytes:
+    """The BPF program for a sandbox with the network allowed or not, and with named unix
+    sockets or not (each built once)."""
+    if (network, unix) not in _programs:
+        _programs[network, unix] = _build(network, unix)
+    return _programs[network, unix]
 
 
-def _build(network: bool) -> bytes:
+def _build(network: bool, unix: bool = True) -> bytes:
     import pyseccomp as seccomp  # type: ignore[import-untyped]  # loads libseccomp, when first wanted
 
     denied = seccomp.ERRNO(errno.EPERM)
@@ -91,6 +99,9 @@ def _build(network: bool) -> bytes:
         rules.add_rule(denied, name)
     for call in ("socket", "socketpair"):
         rules.add_rule(denied, call, seccomp.Arg(0, seccomp.MASKED_EQ, INT_MASK, AF_VSOCK))
+        if network and not unix and call == "socket":
+            rules.add_rule(denied, call,
+                           seccomp.Arg(0, seccomp.MASKED_EQ, INT_MASK, socket.AF_UNIX))
         if not network:
             rules.add_rule(denied, call, seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
             for kind in range(SOCK_TYPE_MASK + 1):

@@ -3,6 +3,6 @@
 
 from __future__ import annotations
 
-from execproto._netproxy import Protocol, Question
+from execproto.netproxy import Protocol, Question
 
 __all__ = ["Protocol", "Question"]

@@ -1,0 +1,282 @@
+"""The managed network proxy, served: a sandboxed command reaches the network through it alone.
+
+The server runs in a server host the test makes (`netns`), in a mount namespace of its own
+where the test's hosts file names the test host (so names resolve without touching this
+machine's /etc). A command started with Codex's `networkProxy` reaches an allowed name through
+the proxy its environment names, gets the reference's 403 for a denied one, and the client
+hears each decision; with `policyDecisionTimeoutMs` the client decides a miss. Every way
+around the proxy fails: a direct connection, UDP (DNS to an outside server), IPv6, a raw
+socket, a named unix socket on the host, the server's own port, and the host's addresses
+through the proxy itself.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from . import netns
+from .conftest import ADAPTERS, Server, start
+from .sandboxes import needs_bwrap, profile
+from .wsclient import Client, output_of
+
+pytestmark = [needs_bwrap,
+              pytest.mark.skipif(netns.problem() is not None, reason=netns.problem() or "")]
+
+ROOT_READ = {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}
+TMP_WRITE = {"path": {"type": "special", "value": {"kind": "slash_tmp"}}, "access": "write"}
+SANDBOX = profile("/tmp", [ROOT_READ, TMP_WRITE], network="enabled")
+NAMES = ("allowed.test", "blocked.test", "other.test")
+# The test host's address for the names: one the policy takes for public (198.51.100.0/24, a
+# documentation range, is local to it). Traffic to it never leaves the namespaces the test
+# made: the server host's only route out leads to the test host.
+ORIGIN = "192.88.99.7"
+PROXY: dict[str, Any] = {
+    "enabled": True, "enableSocks5": True, "enableSocks5Udp": True, "allowUpstreamProxy": True,
+    "dangerouslyAllowAllUnixSockets": False, "mode": "full", "allowLocalBinding": False,
+    "domains": {"allowed.test": "allow", "blocked.test": "deny"}, "unixSockets": None,
+}
+
+# Each line: a request through the proxy its environment names, or an attempt around it.
+SCRIPT = r"""
+import json, os, socket, sys, urllib.request, urllib.error
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return "%d %s" % (answer.status, answer.read().decode())
+    except urllib.error.HTTPError as exc:
+        return "%d %s %s" % (exc.code, exc.headers.get("x-proxy-error"), exc.read().decode())
+    except OSError as exc:
+        return "failed %s" % exc
+def attempt(make, *args):
+    try:
+        s = make()
+        if args:
+            s.settimeout(3)
+            (s.connect if args[0] != "udp" else lambda a: s.sendto(b"q", a))(args[-1])
+        return "OPEN"
+    except OSError as exc:
+        return "blocked %s" % exc.errno
+for line in sys.argv[1:]:
+    kind, _, what = line.partition(" ")
+    if kind == "get":
+        said = fetch(what)
+    elif kind == "tcp":
+        host, port = what.rsplit(":", 1)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        said = attempt(lambda: socket.socket(family), "tcp", (host.strip("[]"), int(port)))
+    elif kind == "udp":
+        host, port = what.rsplit(":", 1)
+        said = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM), "udp",
+                       (host, int(port)))
+    elif kind == "raw":
+        said = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, 1))
+    elif kind == "unix":
+        said = attempt(lambda: socket.socket(socket.AF_UNIX), "unix", what)
+    elif kind == "env":
+        said = os.environ.get(what, "")
+    print(json.dumps([line, said]), flush=True)
+"""
+
+
+class Origin(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        body = f"hello from {self.headers.get('host')}".encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[tuple[netns.Namespaces, tuple[str, ...], str]]:
+    spaces = netns.Namespaces()
+    netns._ip("-n", spaces.host, "addr", "add", f"{ORIGIN}/32", "dev", "veth1")
+    origin = spaces.inside(spaces.host, lambda: http.server.ThreadingHTTPServer(
+        (ORIGIN, 80), Origin))
+    thread = threading.Thread(target=origin.serve_forever, daemon=True)
+    thread.start()
+    folder = tempfile.mkdtemp(prefix="execproto-proxy-")
+    hosts = os.path.join(folder, "hosts")
+    with open(hosts, "w") as file:
+        file.write(f"127.0.0.1 localhost\n{ORIGIN} {' '.join(NAMES)}\n")
+    unix_path = os.path.join(folder, "host.sock")  # a host service on a named unix socket
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(unix_path)
+    unix.listen()
+    os.chmod(folder, 0o755)
+    os.chmod(unix_path, 0o777)
+    # The server's own mount namespace, with the test's hosts file in it.
+    prefix = (*spaces.prefix(), "unshare", "-m", "sh", "-c",
+              'mount --bind "$0" /etc/hosts && exec "$@"', hosts)
+    try:
+        yield spaces, prefix, unix_path
+    finally:
+        origin.shutdown()
+        origin.server_close()
+        unix.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        spaces.remove()
+
+
+def launch(client: Client, process_id: str, lines: list[str],
+           timeout_ms: int | None = None) -> dict[str, Any]:
+    proxy: dict[str, Any] = {"proxy": PROXY, "environmentId": "remote",
+                             "executionId": process_id}
+    if timeout_ms is not None:
+        proxy["policyDecisionTimeoutMs"] = timeout_ms
+    return start(client, process_id, ["python3", "-c", SCRIPT, *lines], sandbox=SANDBOX,
+                 enforceManagedNetwork=True, managedNetwork=None, networkProxy=proxy,
+                 env={"PATH": "/usr/bin:/bin"})
+
+
+def said(client: Client, process_id: str,
+         decisions: list[dict[str, Any]] | None = None) -> dict[str, str]:
+    """What the script printed, line by line; the decisions the client heard go to
+    ``decisions``."""
+    events = client.events_until_closed(process_id, timeout=60)
+    if decisions is not None:
+        decisions += [e["params"] for e in events if e["method"] == "network/policyDecision"]
+    out = output_of(events)
+    lines = out.get("stdout", b"").decode().splitlines()
+    assert lines, out
+    return dict(json.loads(line) for line in lines)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_the_proxy_is_the_sandboxs_only_way_out(
+        adapter: str, world: tuple[netns.Namespaces, tuple[str, ...], str]) -> None:
+    spaces, prefix, unix_path = world
+    server = Server(adapter, prefix=prefix)
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        client = spaces.inside(spaces.server, server.client)
+        lines = ["get http://allowed.test/", "get http://blocked.test/",
+                 "get http://other.test/", f"get http://127.0.0.1:{port}/",
+                 f"get http://{netns.SERVER_ADDRESS}:{port}/",
+                 f"tcp {ORIGIN}:80", f"udp {ORIGIN}:53",
+                 "tcp [2001:db8::2]:80", "raw", f"unix {unix_path}", f"tcp 127.0.0.1:{port}",
+                 "env HTTP_PROXY", "env ALL_PROXY", "env CODEX_NETWORK_PROXY_ACTIVE"]
+        reply = launch(client, "p", lines)
+        assert reply.get("result", {}).get("sandboxType") == "linuxSeccomp", reply
+        decisions: list[dict[str, Any]] = []
+        seen = said(client, "p", decisions)
+        client.close()
+    finally:
+        log = server.stop()
+    assert "Traceback" not in log, log
+    assert seen["get http://allowed.test/"] == "200 hello from allowed.test", seen
+    blocked = seen["get http://blocked.test/"]
+    assert blocked.startswith("403 blocked-by-denylist "), blocked
+    assert json.loads(blocked.split(" ", 2)[2])["reason"] == "denied", blocked
+    assert seen["get http://other.test/"].startswith("403 blocked-by-allowlist "), seen
+    for local in (f"get http://127.0.0.1:{port}/", f"get http://{netns.SERVER_ADDRESS}:{port}/"):
+        assert seen[local].startswith("403 "), seen  # the server, local: not through the proxy
+    for around in (f"tcp {ORIGIN}:80", f"udp {ORIGIN}:53",
+                   "tcp [2001:db8::2]:80", "raw", f"unix {unix_path}", f"tcp 127.0.0.1:{port}"):
+        assert seen[around].startswith("blocked"), (around, seen)
+    assert seen["env HTTP_PROXY"].startswith("http://127.0.0.1:"), seen
+    assert seen["env ALL_PROXY"].startswith("socks5h://127.0.0.1:"), seen
+    assert seen["env CODEX_NETWORK_PROXY_ACTIVE"] == "1", seen
+    told = {(d["host"], d["decision"]) for d in decisions}
+    assert {("allowed.test", "allow"), ("blocked.test", "deny"), ("other.test", "deny")} <= told
+
+
+def test_the_client_decides_a_miss(
+        world: tuple[netns.Namespaces, tuple[str, ...], str]) -> None:
+    spaces, prefix, _ = world
+    server = Server("asyncio", prefix=prefix)
+    try:
+        client = spaces.inside(spaces.server, server.client)
+        launch(client, "d", ["get http://other.test/"], timeout_ms=10_000)
+        request = client.notification(lambda m: m.get("method") == "network/policyRequest",
+                                      timeout=20)
+        assert request["params"] == {"processId": "d", "request": {
+            "protocol": "http", "host": "other.test", "port": 80}}
+        client.send({"jsonrpc": "2.0", "id": request["id"],
+                     "result": {"decision": {"type": "allow"}}})
+        seen = said(client, "d")
+        client.close()
+    finally:
+        server.stop()
+    assert seen["get http://other.test/"] == "200 hello from other.test", seen
+
+
+def test_a_socks_client_goes_through_the_same_policy(
+        world: tuple[netns.Namespaces, tuple[str, ...], str]) -> None:
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    spaces, prefix, _ = world
+    server = Server("trio", prefix=prefix)
+    try:
+        client = spaces.inside(spaces.server, server.client)
+        script = ('curl -s --max-time 10 -x "$ALL_PROXY" http://allowed.test/; echo " $?"; '
+                  'curl -s --max-time 10 -x "$ALL_PROXY" http://blocked.test/; echo " $?"')
+        reply = start(client, "s", ["sh", "-c", script], sandbox=SANDBOX,
+                      enforceManagedNetwork=True, networkProxy={"proxy": PROXY},
+                      env={"PATH": "/usr/bin:/bin"})
+        assert "result" in reply, reply
+        out = output_of(client.events_until_closed("s", timeout=60))
+        client.close()
+    finally:
+        server.stop()
+    first, second = out.get("stdout", b"").decode().splitlines()
+    assert first == "hello from allowed.test 0", out
+    assert second.endswith(" 97"), out  # curl: the SOCKS5 proxy refused the connection
+
+
+def test_without_a_sandbox_the_variables_are_advice(
+        world: tuple[netns.Namespaces, tuple[str, ...], str]) -> None:
+    spaces, prefix, _ = world
+    server = Server("threads", prefix=prefix)
+    try:
+        client = spaces.inside(spaces.server, server.client)
+        reply = start(client, "u", ["python3", "-c", SCRIPT, "get http://allowed.test/",
+                                    f"tcp {ORIGIN}:80"],
+                      enforceManagedNetwork=True, networkProxy={"proxy": PROXY},
+                      env={"PATH": "/usr/bin:/bin"})
+        assert reply.get("result", {}).get("sandboxType") == "none", reply
+        seen = said(client, "u")
+        client.close()
+    finally:
+        server.stop()
+    assert seen == {"get http://allowed.test/": "200 hello from allowed.test",
+                    f"tcp {ORIGIN}:80": "OPEN"}, seen
+
+
+def _holders() -> set[str]:
+    found = subprocess.run(["pgrep", "-f", "-I -S -c .*network namespace the server keeps"],
+                           capture_output=True, text=True, timeout=10)
+    return set(found.stdout.split())
+
+
+def test_nothing_is_left_of_the_proxy(
+        world: tuple[netns.Namespaces, tuple[str, ...], str]) -> None:
+    spaces, prefix, _ = world
+    before = _holders()
+    server = Server("asyncio", prefix=prefix)
+    try:
+        client = spaces.inside(spaces.server, server.client)
+        launch(client, "n", ["get http://allowed.test/"])
+        assert said(client, "n") == {"get http://allowed.test/": "200 hello from allowed.test"}
+        deadline = time.monotonic() + 10  # the finalize lets the process's network go
+        while _holders() - before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _holders() - before
+        client.close()
+    finally:
+        server.stop()

@@ -158,6 +158,13 @@ class LocalBackend:
     def sandbox_type(self) -> str:
         return "linuxSeccomp" if self._bwrap is not None else "none"
 
+    @property
+    def network_proxy(self) -> bool:
+        """Whether this backend launches the managed network proxy (`SpawnSpec.proxy`): where
+        bubblewrap works, so that a sandbox's proxy is all of its network (optional for a
+        backend; without it, the server announces no proxy)."""
+        return self._bwrap is not None
+
     def warnings(self) -> list[str]:
         """What the operator should hear at start-up about what cannot be enforced here."""
         if self._bwrap is None:

@@ -110,6 +110,13 @@ class Run:
 
     def server_command(self, listen: str, token_file: Path | None = None,
                        certs: Certs | None = None) -> list[str]:
+        return [*self.server_prefix, *self._server_command(listen, token_file, certs)]
+
+    # What the server runs under (`managed_network`: a mount namespace with its hosts file).
+    server_prefix: tuple[str, ...] = ()
+
+    def _server_command(self, listen: str, token_file: Path | None = None,
+                        certs: Certs | None = None) -> list[str]:
         if self.server == "reference":
             command = [self.codex_binary, "exec-server", "--listen", listen]
             if token_file:
@@ -161,14 +168,15 @@ class Run:
         (self.home / "environments.toml").write_text(ENVIRONMENTS + lines)
 
     def codex(self, turns: list[Turn], sandbox: str = "workspace-write",
-              url: str | None = None, env: dict[str, str] | None = None) -> FakeModel:
+              url: str | None = None, env: dict[str, str] | None = None,
+              config: str = "") -> FakeModel:
         """`codex exec` with the scripted model; the exec-server is ``url`` (a fresh server when
         neither it nor an environments.toml is given). ``env``: more of codex's environment."""
         if url is None and not (self.home / "environments.toml").exists():
             url = self.serve().url
         extra = env or {}
         model = FakeModel(turns)
-        (self.home / "config.toml").write_text(CONFIG.format(base_url=model.base_url))
+        (self.home / "config.toml").write_text(CONFIG.format(base_url=model.base_url) + config)
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("CODEX_", "OPENAI_", "RUST_LOG"))
                and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
@@ -351,10 +359,99 @@ def workspace_write(run: Run) -> dict[str, Any]:
             "outside": (outside / "outside.txt").exists(), "accepted": accepted}
 
 
+# A managed network: the user's network proxy feature, with an allowed and a denied name.
+MANAGED_NETWORK = """
+[sandbox_workspace_write]
+network_access = true
+
+[features.network_proxy]
+enabled = true
+domains = { "allowed.test" = "allow", "blocked.test" = "deny" }
+"""
+ORIGIN, ORIGIN_PEER = "192.88.99.7", "192.88.99.1"  # a public-looking address, on a veth only
+
+
+class Origin:
+    """A test host in a network namespace of its own, joined to this one by a veth, serving
+    "hello from NAME" over HTTP on ORIGIN:80; the server resolves the test's names to it
+    through a hosts file bound over /etc/hosts in a mount namespace of its own."""
+
+    def __init__(self, root: Path) -> None:
+        self.name = f"execproto-origin-{os.getpid()}"
+        self.hosts = root / "hosts"
+        self.hosts.write_text(f"127.0.0.1 localhost\n{ORIGIN} allowed.test blocked.test\n")
+        ip = ["ip", "netns", "exec", self.name, "ip"]
+        commands = [["ip", "netns", "add", self.name],
+                    ["ip", "link", "add", "origin0", "type", "veth", "peer", "name", "origin1",
+                     "netns", self.name],
+                    ["ip", "addr", "add", f"{ORIGIN_PEER}/24", "dev", "origin0"],
+                    ["ip", "link", "set", "origin0", "up"],
+                    [*ip, "addr", "add", f"{ORIGIN}/24", "dev", "origin1"],
+                    [*ip, "link", "set", "origin1", "up"], [*ip, "link", "set", "lo", "up"]]
+        try:
+            for command in commands:
+                subprocess.run(command, check=True, capture_output=True, timeout=30)
+            self.server = subprocess.Popen(
+                ["ip", "netns", "exec", self.name, sys.executable, "-c", ORIGIN_SERVER, ORIGIN],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            assert self.server.stdout is not None and self.server.stdout.readline() == "up\n"
+        except BaseException:
+            self.close()
+            raise
+
+    def prefix(self) -> tuple[str, ...]:
+        return ("unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"',
+                str(self.hosts))
+
+    def close(self) -> None:
+        if getattr(self, "server", None) is not None:
+            self.server.kill()
+            self.server.wait()
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
+
+
+ORIGIN_SERVER = """
+import http.server, sys
+class Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("hello from " + self.headers.get("host", "")).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer((sys.argv[1], 80), Hello)
+print("up", flush=True)
+server.serve_forever()
+"""
+
+
+def managed_network(run: Run) -> dict[str, Any]:
+    """The user's `[features.network_proxy]`: codex sends `networkProxy` with every start and
+    runs nothing on an executor that does not announce `networkProxyLaunch`."""
+    if shutil.which("ip") is None:
+        return {"skipped": "iproute2 (ip) is not installed"}
+    origin = Origin(run.root)
+    try:
+        run.server_prefix = origin.prefix()
+        proxy = run.serve()
+        model = run.codex([[shell("allowed", "curl -s -m 10 http://allowed.test/")],
+                           [shell("blocked", "curl -s -m 10 http://blocked.test/")],
+                           [shell("direct", f"curl -s -m 5 --noproxy '*' http://{ORIGIN}/ "
+                                            "|| echo unreachable")],
+                           [say("done")]], url=proxy.url, config=MANAGED_NETWORK)
+        told = bytes(proxy.from_server).decode("utf-8", "replace")
+        return {**run.facts(model), "decisions": told.count('"network/policyDecision"')}
+    finally:
+        origin.close()
+
+
 SCENARIOS: dict[str, Callable[[Run], dict[str, Any]]] = {
     f.__name__: f for f in [shell_exit_code, apply_patch, terminal_stdin, repository_skill,
                             resumed_connection, stdio_transport, bearer_token, tls_bearer_token,
-                            wrong_token, read_only, read_only_under_tmp, workspace_write]
+                            wrong_token, read_only, read_only_under_tmp, workspace_write,
+                            managed_network]
 }
 
 

@@ -225,3 +225,22 @@ def test_read_only_reads_a_workspace_under_tmp(runs: Runs, server: str) -> None:
     assert ran(read, 0) and "hello from the workspace" in read and "read" in read, read
     assert "Process exited with code" in write and not ran(write, 0), write
     assert not found["written"]
+
+
+def test_a_managed_network_runs_commands_through_the_proxy(runs: Runs, server: str) -> None:
+    """The user's `[features.network_proxy]`: codex refuses every command on an executor that
+    does not announce `networkProxyLaunch`. Here the allowed name answers through the proxy,
+    the denied one gets the reference's 403 body, the client hears both decisions, and the
+    sandboxed command reaches nothing directly."""
+    skipped = runs.report(server, "managed_network").get("facts", {}).get("skipped")
+    if skipped:
+        pytest.skip(skipped)
+    found = facts(runs, server, "managed_network", 4)
+    outputs = found["outputs"]
+    assert ran(outputs["allowed"], 0), outputs
+    assert outputs["allowed"].endswith("Output:\nhello from allowed.test"), outputs
+    blocked = json.loads(outputs["blocked"].split("Output:\n", 1)[1])
+    assert blocked["reason"] == "denied" and blocked["host"] == "blocked.test", blocked
+    assert outputs["direct"].endswith("Output:\nunreachable\n"), outputs
+    assert found["decisions"] == 2, found
+    assert found["sandbox_types"] == ["linuxSeccomp"] * 3, found

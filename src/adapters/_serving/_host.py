@@ -17,9 +17,12 @@ VERSION = "0.1.0"
 # "Capabilities"): the client sends a newer request, or a newer field, only to an executor that
 # says it can.
 _CAPABILITIES = {
-    "networkProxyLaunch": False,  # process/start's networkProxy: no executor-local proxy here
+    # process/start's networkProxy (and its reviewDomains): true where the backend launches
+    # the proxy (`LocalBackend.network_proxy`: bubblewrap works, so a sandbox's proxy is all
+    # of its network); see `environment_info`.
+    "networkProxyLaunch": False,
     "networkProxyReviewDomains": False,
-    "networkProxyTransparentTcp": False,
+    "networkProxyTransparentTcp": False,  # TCP from programs that ignore the proxy: not here
     "credentialMasking": False,
     "credentialMaskingCustomProviders": False,
     # discovery would have to run each root under the sandbox sent with it; it does not
@@ -42,7 +45,9 @@ def _shell() -> dict[str, str]:
     return {"name": os.path.basename(path), "path": path}
 
 
-def environment_info() -> dict[str, Any]:
+def environment_info(network_proxy: bool = False) -> dict[str, Any]:
+    capabilities = {**_CAPABILITIES, "networkProxyLaunch": network_proxy,
+                    "networkProxyReviewDomains": network_proxy}
     return {
         "shell": _shell(),
         "executorVersion": VERSION,
@@ -53,7 +58,7 @@ def environment_info() -> dict[str, Any]:
         "prependPathDirs": [],
         "temporaryDirectories": [],
         "tempDir": uri_from_path(tempfile.gettempdir()),
-        "capabilities": dict(_CAPABILITIES),
+        "capabilities": capabilities,
     }
 
 
@@ -80,6 +85,7 @@ def descriptor_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def this_host() -> Host:
-    return Host(environment_info=environment_info(), env=dict(os.environ),
+def this_host(network_proxy: bool = False) -> Host:
+    """This machine; ``network_proxy``: the backend launches the managed network proxy."""
+    return Host(environment_info=environment_info(network_proxy), env=dict(os.environ),
                 descriptor_limit=descriptor_limit())

@@ -169,7 +169,7 @@ class Run:
 
     def codex(self, turns: list[Turn], sandbox: str = "workspace-write",
               url: str | None = None, env: dict[str, str] | None = None,
-              config: str = "") -> FakeModel:
+              config: str = "", prefix: tuple[str, ...] = ()) -> FakeModel:
         """`codex exec` with the scripted model; the exec-server is ``url`` (a fresh server when
         neither it nor an environments.toml is given). ``env``: more of codex's environment."""
         if url is None and not (self.home / "environments.toml").exists():
@@ -191,8 +191,9 @@ class Run:
             # stdin is /dev/null: codex would otherwise wait to append it to the prompt.
             with log.open("w") as err:
                 subprocess.run(
-                    [self.codex_binary, "exec", "--json", "--skip-git-repo-check", "--ephemeral",
-                     "--sandbox", sandbox, "-C", str(self.workdir), "do the scripted thing"],
+                    [*prefix, self.codex_binary, "exec", "--json", "--skip-git-repo-check",
+                     "--ephemeral", "--sandbox", sandbox, "-C", str(self.workdir),
+                     "do the scripted thing"],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
                     timeout=60)
         finally:
@@ -379,7 +380,8 @@ class Origin:
     def __init__(self, root: Path) -> None:
         self.name = f"execproto-origin-{os.getpid()}"
         self.hosts = root / "hosts"
-        self.hosts.write_text(f"127.0.0.1 localhost\n{ORIGIN} allowed.test blocked.test\n")
+        self.hosts.write_text(f"127.0.0.1 localhost\n{ORIGIN} allowed.test blocked.test "
+                              "review.test\n")
         ip = ["ip", "netns", "exec", self.name, "ip"]
         commands = [["ip", "netns", "add", self.name],
                     ["ip", "link", "add", "origin0", "type", "veth", "peer", "name", "origin1",
@@ -447,11 +449,54 @@ def managed_network(run: Run) -> dict[str, Any]:
         origin.close()
 
 
+# An administrator's managed network, on the client's host: it applies with the network off.
+REQUIREMENTS = """
+[experimental_network]
+enabled = true
+allowed_domains = ["allowed.test", "review.test"]
+denied_domains = ["blocked.test"]
+review_domains = ["review.test"]
+"""
+
+
+def with_requirements(root: Path) -> tuple[str, ...]:
+    """A command prefix that runs codex with REQUIREMENTS as /etc/codex/requirements.toml: an
+    overlay on /etc, in a mount namespace of its own, so this machine's /etc is not touched."""
+    layer = root / "etc-layer"
+    layer.mkdir()
+    script = ('mount -t tmpfs tmpfs "$0" && mkdir "$0/up" "$0/work" && '
+              'mount -t overlay overlay -o "lowerdir=/etc,upperdir=$0/up,workdir=$0/work" /etc '
+              '&& mkdir -p /etc/codex && cat "$1" > /etc/codex/requirements.toml && '
+              'shift && exec "$@"')
+    (root / "requirements.toml").write_text(REQUIREMENTS)
+    return ("unshare", "-m", "sh", "-c", script, str(layer), str(root / "requirements.toml"))
+
+
+def admin_network(run: Run) -> dict[str, Any]:
+    """An administrator's `[experimental_network]` with review domains: codex sends the proxy
+    with the network off, and runs nothing on an executor that does not announce
+    `networkProxyReviewDomains`. With no decider, a review domain is refused."""
+    if shutil.which("ip") is None:
+        return {"skipped": "iproute2 (ip) is not installed"}
+    origin = Origin(run.root)
+    try:
+        run.server_prefix = origin.prefix()
+        proxy = run.serve()
+        model = run.codex([[shell("allowed", "curl -s -m 10 http://allowed.test/")],
+                           [shell("blocked", "curl -s -m 10 http://blocked.test/")],
+                           [shell("review", "curl -s -m 10 http://review.test/")],
+                           [say("done")]], url=proxy.url, prefix=with_requirements(run.root))
+        told = bytes(proxy.from_server).decode("utf-8", "replace")
+        return {**run.facts(model), "decisions": told.count('"network/policyDecision"')}
+    finally:
+        origin.close()
+
+
 SCENARIOS: dict[str, Callable[[Run], dict[str, Any]]] = {
     f.__name__: f for f in [shell_exit_code, apply_patch, terminal_stdin, repository_skill,
                             resumed_connection, stdio_transport, bearer_token, tls_bearer_token,
                             wrong_token, read_only, read_only_under_tmp, workspace_write,
-                            managed_network]
+                            managed_network, admin_network]
 }
 
 

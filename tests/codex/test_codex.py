@@ -244,3 +244,21 @@ def test_a_managed_network_runs_commands_through_the_proxy(runs: Runs, server: s
     assert outputs["direct"].endswith("Output:\nunreachable\n"), outputs
     assert found["decisions"] == 2, found
     assert found["sandbox_types"] == ["linuxSeccomp"] * 3, found
+
+
+def test_an_administrators_network_with_review_domains(runs: Runs, server: str) -> None:
+    """An administrator's `[experimental_network]` in /etc/codex/requirements.toml (an overlay
+    the runner mounts): the proxy is launched with the network off, `reviewDomains` is sent
+    (codex refuses every command without `networkProxyReviewDomains`), and with no decider a
+    review domain is refused though allowlisted."""
+    skipped = runs.report(server, "admin_network").get("facts", {}).get("skipped")
+    if skipped:
+        pytest.skip(skipped)
+    found = facts(runs, server, "admin_network", 4)
+    outputs = found["outputs"]
+    assert outputs["allowed"].endswith("Output:\nhello from allowed.test"), outputs
+    refused = {name: json.loads(outputs[name].split("Output:\n", 1)[1])
+               for name in ("blocked", "review")}
+    assert refused["blocked"]["reason"] == "denied", refused
+    assert refused["review"]["reason"] == "not_allowed", refused
+    assert found["decisions"] == 3, found

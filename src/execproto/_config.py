@@ -82,6 +82,13 @@ class Config:
     # and put before the server's own PATH where an env policy inherits it, as the reference does
     # with its own (see `inherited_environment`).
     path_prepend: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # a list from a trace
+    # Port forwarding (``forward/open``): streams open at once, per session and for the whole
+    # server, so one session's flood cannot take every descriptor and turn from the others; and
+    # whether a session whose sandboxes get no network of their own may reach the server host's
+    # loopback instead (``--forward-loopback``; never the server's own ports).
+    max_session_forwards: int = 64
+    max_forwards: int = 1024
+    forward_loopback: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -21,6 +21,8 @@ from ._errors import (
     RpcError,
     invalid_request,
 )
+from ._forwards import EVENTS as FORWARD_EVENTS
+from ._forwards import ForwardHandlers
 from ._jsonrpc import Id
 from ._lifecycle import Do, SessionInput, Timer, may_hold
 from ._processes import ProcessHandlers
@@ -99,7 +101,8 @@ MAX_BEFORE_INITIALIZE = 64 << 10
 # The methods execproto serves beyond the reference's, named in every initialize answer under
 # "execproto" (a field the Codex client ignores), so that a client can tell before it calls one
 # (the reference answers each with -32601).
-EXTENSIONS = ("process/ack", "process/resize")
+EXTENSIONS = ("process/ack", "process/resize", "forward/open", "forward/write", "forward/ack",
+              "forward/close")
 
 # Seconds a connection keeps its place however many come after it: an honest client sends
 # initialize one round trip after its upgrade; a client's that never does are the first to go.
@@ -110,7 +113,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
+class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers):
     """The exec-server protocol. Drive it with `handle`; sleep until `next_deadline`."""
 
     def __init__(self, config: Config | None = None, host: Host | None = None) -> None:
@@ -145,6 +148,7 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
             Drain: self._on_drain,
             ProxyAsked: self._on_proxy_asked,
             Tick: self._on_tick,
+            **self._forward_event_handlers(),
         }
         self._methods: dict[str, Method] = {
             "process/start": Method("exec", _params.start, self._process_start),
@@ -171,6 +175,8 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
             "capabilityRoots/discoverV1": _host_method(
                 "capability discovery", "capabilityRoots/discoverV1", _host_params.discover_v1,
                 self._fs_run),
+            **{name: Method("forward", parse, run)
+               for name, (parse, run) in self._forward_methods().items()},
         }
         # Counted by method (these, initialize, or "other"): see `_stats`.
         self.stats = Stats(frozenset(self._methods) | {"initialize"})
@@ -347,6 +353,7 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
 
     def _on_shutdown(self, event: Shutdown) -> None:
         self._shutting_down = True
+        self._forwards_stopped()
         for c in list(self._conns.values()):
             if not c.closing:
                 self._close_connection(c, "server shutting down", CloseCode.GOING_AWAY)
@@ -361,6 +368,7 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
         self._drop_ops(c)
         self._connection_watches_closed(c)
         self._asks_closed(c.conn)
+        self._forwards_closed(c.conn)
         session = c.session
         if session is not None:
             session.detached_at = self._now
@@ -498,12 +506,14 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
         c.blocked = True
         if c.session is not None:
             self._sync_session(c.session)
+        self._forwards_blocked(c.conn)
 
     def _on_send_drained(self, event: SendDrained) -> None:
         c = self._connection(event.conn)
         c.blocked = False
         if c.session is not None:
             self._sync_session(c.session)
+        self._forwards_blocked(c.conn)
 
     # -- time -----------------------------------------------------------------------------------
 
@@ -524,6 +534,7 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
     def _on_session_expired(self, session_id: str) -> None:
         session = self._sessions.pop(session_id)
         self._carry_out_session(session, session.life.event(SessionInput.EXPIRED))
+        self._forwards_ended(session_id)
         self._emit(EndSession(session_id=session_id))
 
     # -- session follow-ups ---------------------------------------------------------------------
@@ -578,3 +589,4 @@ _REFERENCES: dict[type, Callable[[ServerCore, Any], None]] = {
     StreamClosed: ServerCore._open_stream,
     StdinWritten: ServerCore._issued_process,
 }
+_REFERENCES.update(dict.fromkeys(FORWARD_EVENTS, ServerCore._issued_stream))

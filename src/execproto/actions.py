@@ -22,14 +22,19 @@ __all__ = [
     "CancelHttp",
     "CloseCode",
     "CloseConnection",
+    "CloseForward",
     "CloseStdin",
     "EndSession",
     "Finalize",
     "FinalizeStatus",
+    "ForwardRoute",
     "FsRequest",
     "HttpRequest",
+    "OpenForward",
+    "PauseForward",
     "PauseOutput",
     "ResizeTerminal",
+    "ResumeForward",
     "ResumeOutput",
     "RunFs",
     "RunHttp",
@@ -40,6 +45,7 @@ __all__ = [
     "SpawnSpec",
     "Unwatch",
     "WatchMissing",
+    "WriteForward",
     "WriteStdin",
 ]
 
@@ -306,6 +312,56 @@ class CancelHttp(Action):
     way are ignored."""
 
     op: int
+
+
+# The networks a forwarded stream may be connected in (see `OpenForward`).
+ForwardRoute = Literal["session", "host"]
+
+
+@attrs.frozen(kw_only=True)
+class OpenForward(Action):
+    """Connect a TCP stream to ``host`` (an IP address) and ``port``: with ``route`` "session",
+    from a socket made in session ``session_id``'s network (the backend's ``session_socket``),
+    or with "host", in the server host's own network (only its loopback, which the core
+    checked). Answer with `ForwardConnected`, or `ForwardFailed`; where the backend has no
+    network for the session, `ForwardUnrouted` (and nothing is kept of ``stream``)."""
+
+    stream: int
+    session_id: str
+    host: str
+    port: int
+    route: ForwardRoute = "session"
+
+
+@attrs.frozen(kw_only=True)
+class WriteForward(Action):
+    """Write ``data`` to the stream's target, in order, reporting `ForwardWritten` as it is
+    taken; then, with ``eof``, shut down the stream's sending side."""
+
+    stream: int
+    data: bytes
+    eof: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class PauseForward(Action):
+    """Stop reading the stream's target (its client has a window's worth to take)."""
+
+    stream: int
+
+
+@attrs.frozen(kw_only=True)
+class ResumeForward(Action):
+    """Read the stream's target again, after a `PauseForward`."""
+
+    stream: int
+
+
+@attrs.frozen(kw_only=True)
+class CloseForward(Action):
+    """Close the stream (connecting or not) and forget it: nothing more is reported of it."""
+
+    stream: int
 
 
 # Every action class, from the definitions above (not Action.__subclasses__(): attrs replaces

@@ -26,6 +26,12 @@ __all__ = [
     "ProxyAsked",
     "Event",
     "FinalizeFailed",
+    "ForwardConnected",
+    "ForwardEnded",
+    "ForwardFailed",
+    "ForwardReceived",
+    "ForwardUnrouted",
+    "ForwardWritten",
     "FsCompleted",
     "HttpBodyReceived",
     "HttpFinished",
@@ -253,6 +259,59 @@ class ProxyAsked(Event):
     ask: int
     question: Question
     wall: float
+
+
+@attrs.frozen(kw_only=True)
+class ForwardConnected(Event):
+    """The stream of an `OpenForward` is connected: its bytes may move."""
+
+    stream: int
+
+
+@attrs.frozen(kw_only=True)
+class ForwardUnrouted(Event):
+    """The backend gave no socket in the session's network for an `OpenForward`: the
+    session's sandboxes get no network of their own here (``network`` "none": the backend
+    said so) or the backend cannot say (``network`` "unknown": it has no
+    ``session_socket``). ``listening``: the TCP ports the server's own process listens on,
+    which a stream on the host's loopback must never reach. Nothing is kept of the stream."""
+
+    stream: int
+    network: Literal["none", "unknown"]
+    listening: tuple[int, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class ForwardFailed(Event):
+    """The stream could not connect, or broke (``error``, the OS's words: "Connection refused
+    (os error 111)"). It is closed and forgotten already."""
+
+    stream: int
+    error: str
+
+
+@attrs.frozen(kw_only=True)
+class ForwardReceived(Event):
+    """Bytes the stream's target sent."""
+
+    stream: int
+    data: bytes
+
+
+@attrs.frozen(kw_only=True)
+class ForwardEnded(Event):
+    """The stream's target sent EOF: no `ForwardReceived` follows."""
+
+    stream: int
+
+
+@attrs.frozen(kw_only=True)
+class ForwardWritten(Event):
+    """``size`` more bytes of the `WriteForward` actions reached the target's socket, in
+    order, never more than was asked."""
+
+    stream: int
+    size: int
 
 
 @attrs.frozen(kw_only=True)

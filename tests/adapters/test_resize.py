@@ -97,6 +97,8 @@ def test_initialize_names_the_extension_methods(server: Server) -> None:
     c = server.client(handshake=False)
     try:
         result = c.handshake()["result"]
-        assert result["execproto"] == {"methods": ["process/ack", "process/resize"]}
+        assert result["execproto"] == {"methods": [
+            "process/ack", "process/resize", "forward/open", "forward/write", "forward/ack",
+            "forward/close"]}
     finally:
         c.close()

@@ -874,8 +874,9 @@ class CoreModel(RuleBasedStateMachine):
         c.state = "initializing"
         c.greet_at = None
         self._expect_result(c, msg_id, {"sessionId": session.sid, "environmentInfo": {},
-                                        "execproto": {"methods": ["process/ack",
-                                                                  "process/resize"]}})
+                                        "execproto": {"methods": [
+                                            "process/ack", "process/resize", "forward/open",
+                                            "forward/write", "forward/ack", "forward/close"]}})
         self._sync_session(session)
 
     def _predict_start(

@@ -199,7 +199,8 @@ def test_initialize_names_every_extension_method_and_each_is_served() -> None:
     h = Harness()
     h.connect(1)
     result = h.handshake(1)["result"]
-    assert result["execproto"] == {"methods": ["process/ack", "process/resize"]}
+    assert result["execproto"] == {"methods": ["process/ack", "process/resize", "forward/open",
+                                               "forward/write", "forward/ack", "forward/close"]}
     served = ServerCore()._methods  # noqa: SLF001 - the routing table is the truth here
     assert set(EXTENSIONS) <= set(served)
     for method in EXTENSIONS:  # each is answered, none with -32601

@@ -62,8 +62,23 @@ from execproto import (
 )
 from execproto._netproxy import Question
 from execproto._trace import FORMAT, VERSION, from_json, load_header, to_json
-from execproto.actions import ACTION_TYPES
-from execproto.events import EVENT_TYPES
+from execproto.actions import (
+    ACTION_TYPES,
+    CloseForward,
+    OpenForward,
+    PauseForward,
+    ResumeForward,
+    WriteForward,
+)
+from execproto.events import (
+    EVENT_TYPES,
+    ForwardConnected,
+    ForwardEnded,
+    ForwardFailed,
+    ForwardReceived,
+    ForwardUnrouted,
+    ForwardWritten,
+)
 
 from .harness import Harness, b64, unb64
 
@@ -397,6 +412,13 @@ EVENT_SAMPLES: list[Any] = [
     Shutdown(),
     Drain(),
     Tick(),
+    ForwardConnected(stream=1),
+    ForwardUnrouted(stream=2, network="none", listening=(8765, 9000)),
+    ForwardUnrouted(stream=3, network="unknown"),
+    ForwardFailed(stream=1, error="Connection refused (os error 111)"),
+    ForwardReceived(stream=1, data=b"\x00\xff"),
+    ForwardEnded(stream=1),
+    ForwardWritten(stream=1, size=5),
 ]
 
 ACTION_SAMPLES: list[Any] = [
@@ -429,6 +451,13 @@ ACTION_SAMPLES: list[Any] = [
     WatchMissing(op=6, watch=1, missing=("/a", "/b/c"), present="/d"),
     WatchMissing(op=7, watch=2, missing=("/a",), present=None),
     Unwatch(watch=1),
+    OpenForward(stream=1, session_id="s", host="127.0.0.1", port=3000),
+    OpenForward(stream=2, session_id="s", host="::1", port=3000, route="host"),
+    WriteForward(stream=1, data=b"\x00\xff"),
+    WriteForward(stream=1, data=b"", eof=True),
+    PauseForward(stream=1),
+    ResumeForward(stream=1),
+    CloseForward(stream=1),
 ]
 
 

@@ -113,7 +113,8 @@ def add_logging(parser: argparse.ArgumentParser, default: str) -> None:
 
 DESCRIPTION = """\
 A server for the Codex exec-server protocol: it runs programs and reads and writes files for a
-remote client. serve runs one, exec runs a command on one, replay checks a recorded trace.
+remote client. serve runs one, exec runs a command on one, forward forwards local ports to
+one, replay checks a recorded trace.
 """
 
 SERVE = """\
@@ -139,9 +140,10 @@ and the replayed actions); 2 the file cannot be read or is not a trace.
 
 # exec's line in ``execproto --help`` when its parser is not built (the same as _exec's).
 EXEC_HELP = "run a command on an exec-server"
+FORWARD_HELP = "forward local ports to a session's network on an exec-server"
 
 
-def _parser(exec_options: bool = True) -> _Parser:
+def _parser(exec_options: bool = True, forward_options: bool = True) -> _Parser:
     """The command line's parser. Without ``exec_options`` the exec command is only a name and
     its line of help: its options are the client's, and would load it."""
     parser = _Parser(prog="execproto", description=DESCRIPTION,
@@ -195,6 +197,10 @@ def _parser(exec_options: bool = True) -> _Parser:
     serve.add_argument("--host-network", action="store_true",
                        help="a sandbox allowed the network shares the host's, its loopback "
                             "included (default: a network of its own, through pasta)")
+    serve.add_argument("--forward-loopback", action="store_true",
+                       help="where sandboxes get no network of their own (no pasta, or "
+                            "--host-network), let forward/open reach this host's loopback "
+                            "(never the server's own ports)")
     serve.add_argument("--backend", metavar="MODULE:FACTORY",
                        help="a spawn backend of your own: FACTORY() returns it (MODULE may be "
                             "a file in the current directory)")
@@ -230,6 +236,12 @@ def _parser(exec_options: bool = True) -> _Parser:
         add_logging(_exec.add_parser(commands), "WARNING")
     else:
         commands.add_parser("exec", help=EXEC_HELP, add_help=False)
+    if forward_options:
+        from ._command import _forward
+
+        add_logging(_forward.add_parser(commands), "WARNING")
+    else:
+        commands.add_parser("forward", help=FORWARD_HELP, add_help=False)
 
     rerun = commands.add_parser("replay", help="replay a trace and report the first divergence",
                                 description=REPLAY,
@@ -353,6 +365,7 @@ def _serve(args: argparse.Namespace) -> int:
         send_timeout=args.send_timeout,
         max_connections=args.max_connections,
         path_prepend=args.path_prepend,
+        forward_loopback=args.forward_loopback,
     )
     _fit_descriptors(config)
     denied_directories = _secrets.directories(secrets)
@@ -567,6 +580,12 @@ def _replay(args: argparse.Namespace) -> int:
     return 1
 
 
+def _forward_command(args: argparse.Namespace) -> int:
+    from ._command import _forward
+
+    return _forward.run(args)
+
+
 def _exec_command(args: argparse.Namespace) -> int:
     from ._command import _exec
 
@@ -574,7 +593,7 @@ def _exec_command(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "serve": _serve, "exec": _exec_command, "replay": _replay,
+    "serve": _serve, "exec": _exec_command, "replay": _replay, "forward": _forward_command,
 }
 
 
@@ -587,6 +606,7 @@ def _command_in(argv: list[str]) -> str | None:
 NEEDS = {
     "serve": ("._wire._listen", ".backends", "._serving._host", "execproto.descriptors"),
     "exec": ("._command._exec",),
+    "forward": ("._command._forward", "._command._exec", ".client"),
     "replay": ("execproto.trace",),
 }
 
@@ -606,7 +626,8 @@ def main(argv: list[str] | None = None) -> int:
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
     as_json = _Parser.json_errors = _wants_json(argv)
-    parser = _parser(exec_options=_command_in(argv) == "exec")
+    parser = _parser(exec_options=_command_in(argv) == "exec",
+                     forward_options=_command_in(argv) == "forward")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -40,6 +40,7 @@ from execproto.client_events import (
     SessionLost,
 )
 
+from ._client._client_forward import Forwards, ForwardStream, is_forward
 from ._client._client_process import (
     BUFFER_BYTES,
     Chunk,
@@ -62,6 +63,8 @@ __all__ = [
     "ClientBug",
     "ConnectionLost",
     "ExecError",
+    "ForwardClosed",
+    "ForwardStream",
     "HandshakeRefused",
     "MAX_MESSAGE",
     "MessageTooBig",
@@ -82,6 +85,10 @@ log = logging.getLogger("execproto.client")
 # A server that accepts but never answers (a wrong port, a stuck proxy) must not hang the client.
 CONNECT_TIMEOUT = 10.0
 HANDSHAKE_TIMEOUT = 10.0
+
+
+class ForwardClosed(ExecError):
+    """A forwarded stream the server closed: its target failed, or its session ended."""
 
 
 class Client:
@@ -119,6 +126,7 @@ class Client:
         self._ws: WebSocket | None = None
         self._calls: dict[int, _Waiter] = {}
         self._procs: dict[str, Process] = {}
+        self._forwards = Forwards(ForwardClosed)
         self._next_process = 1
         self._broken: BaseException | None = None
         self._closing = False
@@ -192,6 +200,17 @@ class Client:
         if not isinstance(cwd, str) or not cwd:
             return "/"
         return path_from_uri(cwd) if cwd.startswith("file:") else cwd
+
+    # -- port forwarding ---------------------------------------------------------------------------
+
+    async def forward(self, port: int, *, host: str | None = None,
+                      session_id: str | None = None) -> ForwardStream:
+        """A TCP stream to ``host`` (an IP address; 127.0.0.1 by default) and ``port``, made
+        by the server inside the network of session ``session_id`` (by default this client's
+        own): what that session's sandboxes serve there. An anyio byte stream; `RemoteError`
+        if the server refuses or cannot connect (execproto's extension: see `supports`). It
+        ends with the connection: a resumed session does not resume its streams."""
+        return await self._forwards.open(self, port, host, session_id)
 
     # -- the filesystem and the host --------------------------------------------------------------
 
@@ -316,6 +335,7 @@ class Client:
                 await self._hold()
             self._ws = None
             self._dispatch(self._core.connection_lost())
+            self._forwards.lost(ConnectionLost("the connection dropped: its streams with it"))
             await ws.aclose()
             if self._closing:
                 return
@@ -368,6 +388,9 @@ class Client:
                 delay = min(delay * 2, 1.0)
 
     def _receive(self, message: str | bytes) -> list[ClientEvent]:
+        if is_forward(message):
+            self._forwards.receive(message)
+            return []
         try:
             return self._core.receive(message)
         except Exception as exc:
@@ -420,6 +443,7 @@ class Client:
         self._calls.clear()
         for proc in self._procs.values():
             proc._fail(error)
+        self._forwards.lost(error)
 
     async def aclose(self) -> None:
         self._closing = True

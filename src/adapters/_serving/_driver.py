@@ -8,6 +8,7 @@ is reached through the small `Loop` interface that each adapter implements.
 The driver owns only that: the queue, the core's timer, the stop, and the core's failure. Each
 action is carried out by the room that owns its family's state, through one table: the
 processes (`_children`), ``fs/*`` calls (`_fs_calls`), ``http/request`` calls (`_http_calls`),
+forwarded streams (`_forward`),
 watched paths (`_watch`), the connections (`Connections`). Each room gets the loop and
 ``feed``, and nothing of another's. What the rooms keep for one connection follows the events
 its peer feeds, through the reactions `Connections` runs: its fs handles, its calls still
@@ -45,6 +46,7 @@ from execproto.trace import Recorder
 from .._files._fs import Files
 from .._files._fs_calls import FsCalls
 from .._files._watch import Watches
+from .._forward._streams import Forwards
 from .._http._http_calls import HttpCalls
 from .._loop import Loop
 from .._processes import _posix
@@ -115,6 +117,7 @@ class Driver:
             ConnectionClosed: self._connection_gone,
         })
         self.http = HttpCalls(loop, self.feed, self.connections.stuck)
+        self.forwards = Forwards(loop, self.feed, self.children.backend)
         self.fs = FsCalls(loop, self.feed, self.files)
         self.watches = Watches(loop, self.feed, self.files.scope)
         # Which room carries out each kind of action.
@@ -125,6 +128,7 @@ class Driver:
             Unwatch: self.watches.stop,
             **self.children.run,
             **self.http.run,
+            **self.forwards.run,
         }
         # Who answers for an action that raised, where someone waits on it.
         self._raised: dict[type, Callable[[Any, str], None]] = {
@@ -215,6 +219,7 @@ class Driver:
         self.connections.close_all()
         self.children.kill_all()
         self.http.abandon()
+        self.forwards.close_all()
         if self._stopping:  # failed while stopping: the stop goes on, with nothing left to do
             self._stop_after_failure()
         if self.on_failure is not None:
@@ -281,6 +286,7 @@ class Driver:
     def close(self) -> None:
         """After the stop: kill whatever the processes left running, and remove their cgroups."""
         self.fs.close()
+        self.forwards.close_all()
         self.children.close()
 
     def raise_if_failed(self) -> None:

@@ -13,7 +13,7 @@ server's own cost is in every figure (``--direct`` runs the same against a dev s
 host, without the forward, for comparison). The dev server's listen backlog is raised to 128:
 with http.server's 5, a burst of connects overflowed it and SYN retransmits put p99 at 1 s.
 
-Measured here (asyncio, 4 CPUs): 100 MB in 0.8 s (125 MB/s), the server's RSS flat at 31 MiB;
+Measured here (asyncio, 2 CPUs): 100 MB in 0.8 s (125 MB/s), the server's RSS flat at 31 MiB;
 750 small requests/s with 20 clients, p50 26 ms, p99 44 ms (direct: 0.03 s, 2,600/s, p99 7 ms).
 """
 

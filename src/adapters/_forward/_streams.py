@@ -3,8 +3,10 @@
 The driver hands it `OpenForward`, `WriteForward`, `PauseForward`, `ResumeForward` and
 `CloseForward`. A socket of the session's network comes from the backend's
 ``session_socket`` (it blocks the first time, making the network: off the owner); where the
-backend refuses (``Refused``: no network of the session's own) or has no such method, the
-room says so (`ForwardUnrouted`) and keeps nothing, and the core decides what next. Connecting
+backend says there is none (``NoNetwork``: no network of the session's own) or has no such
+method, the room says so (`ForwardUnrouted`) and keeps nothing, and the core decides what
+next; any other refusal (the session's network could not be made now) fails the stream.
+Connecting
 and the bytes are non-blocking on the owner: one read of at most READ_SIZE per readiness, so
 many streams take turns, and none read while the core has it paused (its client's window is
 full, or its connection blocked). What a stream's writes have taken is reported as it goes
@@ -33,14 +35,13 @@ from execproto.events import (
 )
 
 from .._loop import Loop
-from ..backends import Refused
+from ..backends import NoNetwork
 from . import _ports
 
 READ_SIZE = 64 << 10  # one read's bytes at most: a stream's turn
 CONNECT_TIMEOUT = 10.0  # seconds a connect may take before it fails as timed out
 # How `LocalBackend.session_socket` words a session network it failed to make, which is no
 # answer to "has this session a network of its own?": the stream fails rather than fall back.
-NOT_MADE = "the session's network could not be made"
 
 
 def _why(exc: BaseException) -> str:
@@ -95,9 +96,7 @@ class Forwards:
                 return ("unknown", ())
             try:
                 return maker(action.session_id, family, socket.SOCK_STREAM)
-            except Refused as refused:
-                if str(refused).startswith(NOT_MADE):  # it has one, but not now: no fallback
-                    raise
+            except NoNetwork:  # (any other refusal: it has one, but not now; no fallback)
                 return ("none", _ports.listening())
 
         def made(result: Any) -> None:

@@ -38,6 +38,11 @@ class Refused(Exception):
     """The backend cannot run this request as asked (the message says what it cannot enforce)."""
 
 
+class NoNetwork(Refused):
+    """`session_socket`: this backend's sandboxes get no network of their own (no pasta, or
+    the host's network), so a session has none to connect into."""
+
+
 @attrs.frozen(kw_only=True)
 class ExecSpec:
     argv: tuple[str, ...]
@@ -61,11 +66,15 @@ class Listeners:
     http: socket.socket
     socks: socket.socket | None
     udp: bool  # SOCKS5 UDP associations allowed
+    # Transparent TCP: where the namespace's rules send every other TCP connection, and
+    # every DNS question (`_netns.Holder.redirect`).
+    transparent: socket.socket | None = None
+    dns: socket.socket | None = None
 
     def close(self) -> None:
-        self.http.close()
-        if self.socks is not None:
-            self.socks.close()
+        for sock in (self.http, self.socks, self.transparent, self.dns):
+            if sock is not None:
+                sock.close()
 
 
 @attrs.frozen
@@ -126,6 +135,7 @@ class LocalBackend:
         self._pasta = _usable_pasta() if pasta == "" else pasta
         self._host_network = host_network
         self._networks = _netns.Networks(self._pasta)
+        self._tools = _netns.Tools.find()  # for transparent TCP
         self.floor = floor
         # Placeholder directories the stage made on the host, by how many live sandboxes use
         # them; safe to share between starts prepared at once (`_bwrap.Placeholders` says why).
@@ -157,6 +167,12 @@ class LocalBackend:
     @property
     def sandbox_type(self) -> str:
         return "linuxSeccomp" if self._bwrap is not None else "none"
+
+    @property
+    def network_proxy_transparent(self) -> bool:
+        """Whether the proxy takes TCP from programs that ignore its variables too (nftables,
+        nsenter and root, besides what `network_proxy` needs; optional for a backend)."""
+        return self.network_proxy and self._tools is not None
 
     @property
     def network_proxy(self) -> bool:
@@ -217,6 +233,8 @@ class LocalBackend:
                 assert request.proxy is not None
                 private = _netns.Holder(None)
                 listeners = _listen(private.socket, request.proxy)
+                if request.proxy.transparent_tcp:
+                    listeners = self._transparent(private, listeners)
                 request = attrs.evolve(request, env=_with_proxy(request, listeners))
             network = (None if self._host_network
                        else (lambda: private) if private is not None
@@ -241,6 +259,25 @@ class LocalBackend:
         return ExecSpec(argv=tuple(argv), env=_bwrap.WRAPPER_ENV, cwd=request.cwd,
                         pass_fds=tuple(sandbox.fds), listeners=listeners,
                         token=_Token(tuple(sandbox.uses), private))
+
+    def _transparent(self, private: _netns.Holder, listeners: Listeners) -> Listeners:
+        """Transparent TCP: ``private``'s every other TCP connection and DNS question go to
+        two more sockets of its own, for the proxy to take through the same policy."""
+        if self._tools is None:
+            raise Refused(f"{CANNOT_ENFORCE}: transparent TCP needs nftables and nsenter, "
+                          "and a server run as root")
+        tcp = private.socket(socket.AF_INET, socket.SOCK_STREAM)
+        dns = private.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        listeners = attrs.evolve(listeners, transparent=tcp, dns=dns)
+        try:
+            tcp.bind(("127.0.0.1", 0))
+            tcp.listen(PROXY_BACKLOG)
+            dns.bind(("127.0.0.1", 0))
+            private.redirect(self._tools, tcp.getsockname()[1], dns.getsockname()[1])
+        except BaseException:
+            listeners.close()
+            raise
+        return listeners
 
     def _visible_program(self, request: SpawnSpec, budget: Budget) -> str:
         """The program, looked up where the sandbox lets it look. The cwd and the program are
@@ -280,11 +317,11 @@ class LocalBackend:
         """A new socket in the session's network (made now if the session has none yet), to
         connect into it from outside: what a sandbox of that session listens on is reached
         so, and nothing it could not reach itself. Blocks (a network's making takes ~30 ms):
-        call it off the owner. Raises `Refused` where sandboxes get no network of their own
-        (no pasta, or ``host_network``)."""
+        call it off the owner. Raises `NoNetwork` where sandboxes get no network of their own
+        (no pasta, or ``host_network``), `Refused` where the session's could not be made."""
         if self._host_network or self._pasta is None:
-            raise Refused("sandboxes here get no network of their own (no pasta, or "
-                          "--host-network)")
+            raise NoNetwork("sandboxes here get no network of their own (no pasta, or "
+                            "--host-network)")
         try:
             return self._networks.of(session_id).socket(family, kind)
         except _netns.HolderFailed as exc:

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 # The programs the server runs around a process, found on its PATH as `_posix`, `_cgroups`
 # and `backends` find them (and on the system's, where `_cgroups` looks).
-WRAPPERS = ("setpriv", "setsid", "bwrap", "pasta")
+WRAPPERS = ("setpriv", "setsid", "bwrap", "pasta", "nft", "nsenter")
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 

@@ -20,7 +20,8 @@ Once the namespace is ready the holder writes ``ok routed`` or ``ok loopback`` o
 or ``error WHY``. It then makes sockets for the server: each request ``socket FAMILY TYPE`` is
 answered with a new socket of this namespace, passed as a descriptor (a socket belongs to the
 namespace it was made in, wherever it is used). The server binds the managed proxy's listeners
-that way, and connects forwards into the session's network.
+that way, and connects forwards into the session's network. ``route`` adds a default route
+onto loopback, for the transparent proxy's rules to take every connection.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ NETWORK_WAIT = 5.0
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 RTM_NEWROUTE, NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 24, 0x1, 0x4, 0x400
 RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_UNIVERSE, RTN_PROHIBIT, RTA_DST = 254, 4, 0, 8, 1
+RT_SCOPE_LINK, RTN_UNICAST, RTA_OIF, RTA_PREFSRC, LOOPBACK_INDEX = 253, 1, 4, 7, 1
 RTF_UP, RTF_REJECT = 0x1, 0x200
 
 
@@ -153,22 +155,39 @@ def loopback_up() -> None:
         fcntl.ioctl(probe, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
 
 
+def _add_route(link: socket.socket, seq: int, family: int, destination: bytes, length: int,
+               scope: int, kind: int, attributes: bytes) -> None:
+    body = struct.pack("=BBBBBBBBI", family, length, 0, 0, RT_TABLE_MAIN, RTPROT_STATIC,
+                       scope, kind, 0) + attributes
+    if length:
+        body += struct.pack("=HH", 4 + len(destination), RTA_DST) + destination
+    header = struct.pack("=LHHLL", 16 + len(body), RTM_NEWROUTE,
+                         NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE, seq, 0)
+    link.send(header + body)
+    answer = link.recv(4096)
+    code = struct.unpack_from("=i", answer, 16)[0]  # nlmsgerr: 0 is the ack
+    if code < 0 and -code != errno.EEXIST:
+        raise OSError(-code, f"a route: {os.strerror(-code)}")
+
+
 def prohibit(addresses: list[str]) -> None:
     """A ``prohibit`` route to each address (connect fails with EACCES), by rtnetlink."""
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as link:
         for seq, address in enumerate(addresses, 1):
             family = socket.AF_INET6 if ":" in address else socket.AF_INET
             raw = socket.inet_pton(family, address)
-            attribute = struct.pack("=HH", 4 + len(raw), RTA_DST) + raw
-            body = struct.pack("=BBBBBBBBI", family, len(raw) * 8, 0, 0, RT_TABLE_MAIN,
-                               RTPROT_STATIC, RT_SCOPE_UNIVERSE, RTN_PROHIBIT, 0) + attribute
-            header = struct.pack("=LHHLL", 16 + len(body), RTM_NEWROUTE,
-                                 NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE, seq, 0)
-            link.send(header + body)
-            answer = link.recv(4096)
-            code = struct.unpack_from("=i", answer, 16)[0]  # nlmsgerr: 0 is the ack
-            if code < 0 and -code != errno.EEXIST:
-                raise OSError(-code, f"prohibit {address}: {os.strerror(-code)}")
+            _add_route(link, seq, family, raw, len(raw) * 8, RT_SCOPE_UNIVERSE, RTN_PROHIBIT, b"")
+
+
+def route_everything() -> None:
+    """An IPv4 default route onto loopback: every address is routable, so that a connection
+    to anywhere reaches the output hook, where the transparent proxy's rules take it (a
+    namespace with loopback only would refuse it first, with no route)."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as link:
+        # From 127.0.0.1, as a connection to loopback is: else no source fits (0.0.0.0).
+        attributes = (struct.pack("=HHi", 8, RTA_OIF, LOOPBACK_INDEX)
+                      + struct.pack("=HH", 8, RTA_PREFSRC) + socket.inet_aton("127.0.0.1"))
+        _add_route(link, 1, socket.AF_INET, b"", 0, RT_SCOPE_LINK, RTN_UNICAST, attributes)
 
 
 def make(pasta: str) -> str:
@@ -189,13 +208,18 @@ def make(pasta: str) -> str:
 
 
 def serve(control: socket.socket) -> None:
-    """Sockets of this namespace for the server, till it closes its end."""
+    """Sockets of this namespace for the server, and a route onto loopback when it asks
+    (``route``), till it closes its end."""
     while True:
         request = control.recv(64)
         if not request:
             return
         words = request.split()
         try:
+            if words[0] == b"route":
+                route_everything()
+                control.send(b"ok")
+                continue
             made = socket.socket(int(words[1]), int(words[2]))
         except (OSError, ValueError, IndexError) as exc:
             control.send(b"error " + str(exc).encode())

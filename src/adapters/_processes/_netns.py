@@ -13,9 +13,12 @@ sandboxes are prepared, off the owner.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import threading
+
+import attrs
 
 from . import _bwrap, _hold
 
@@ -27,6 +30,38 @@ ENDED_KEPT = 4096
 def host_routed() -> bool:
     """Whether this host has a default route, which pasta needs to reach out."""
     return _hold.routed()
+
+
+# Taken before the loopback exemption: a resolver on 127.0.0.53 is the proxy's to answer too.
+TRANSPARENT_RULES = """
+table ip execproto {{
+    chain out {{
+        type nat hook output priority -100; policy accept;
+        udp dport 53 redirect to :{dns}
+        ip daddr 127.0.0.0/8 return
+        meta l4proto tcp redirect to :{tcp}
+    }}
+}}
+"""
+
+
+@attrs.frozen
+class Tools:
+    """What the transparent proxy needs on this host, found at the server's start."""
+
+    nft: str
+    nsenter: str
+
+    @classmethod
+    def find(cls) -> Tools | None:
+        """nftables and util-linux's nsenter, where the server is root (a namespace's rules
+        are loaded by a program the server runs in it, which keeps its capabilities only as
+        root); None where any of it is missing."""
+        nft = shutil.which("nft", path=dict(_bwrap.WRAPPER_ENV)["PATH"])
+        nsenter = shutil.which("nsenter", path=dict(_bwrap.WRAPPER_ENV)["PATH"])
+        if os.geteuid() != 0 or nft is None or nsenter is None:
+            return None
+        return cls(nft=os.path.realpath(nft), nsenter=os.path.realpath(nsenter))
 
 
 class HolderFailed(OSError):
@@ -74,6 +109,28 @@ class Holder:
                 os.close(fd)
             raise HolderFailed(said.decode(errors="replace").removeprefix("error "))
         return socket.socket(fileno=fds[0])
+
+    def route_everything(self) -> None:
+        """A default route onto loopback in this namespace (`_hold.route_everything`)."""
+        with self._lock:
+            self._control.send(b"route")
+            said = self._control.recv(4096)
+        if said != b"ok":
+            raise HolderFailed(said.decode(errors="replace").removeprefix("error "))
+
+    def redirect(self, tools: Tools, tcp_port: int, dns_port: int) -> None:
+        """The transparent proxy's rules in this namespace (nftables, loaded by ``nft`` run
+        in it through ``nsenter``): every TCP connection but to loopback goes to
+        127.0.0.1:``tcp_port``, every datagram to port 53 to 127.0.0.1:``dns_port``."""
+        self.route_everything()
+        rules = TRANSPARENT_RULES.format(tcp=tcp_port, dns=dns_port)
+        done = subprocess.run([tools.nsenter, f"--net=/proc/self/fd/{self.net}", "--",
+                               tools.nft, "-f", "-"], input=rules.encode(),
+                              pass_fds=(self.net,), capture_output=True,
+                              env=dict(_bwrap.WRAPPER_ENV), timeout=READY_WAIT)
+        if done.returncode != 0:
+            raise HolderFailed("the transparent proxy's rules: "
+                               + done.stderr.decode(errors="replace").strip())
 
     def close(self) -> None:
         """Let the holder go (it exits on the closed socket, pasta with it) and reap it. The

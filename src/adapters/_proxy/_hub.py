@@ -35,6 +35,12 @@ class Limits:
     linger: float = 5.0  # seconds a last answer (a refusal, an error) may take to be written
     udp_destinations: int = 64  # verdicts one UDP association remembers
     udp_waiting: int = 8  # datagrams held for one destination while its verdict is asked
+    dns_names: int = 4096  # names one process's transparent resolver gives addresses to
+    # Seconds a synthetic address's answer may be cached. An address never changes while its
+    # process runs, so caching gains nothing an answer (local, no lookup) costs; kept short so
+    # that no cache in the sandbox holds one past a change of that, and not 0, which some
+    # resolvers' caches take as "do not use" and some libraries reject.
+    dns_ttl: int = 1
 
 
 @attrs.frozen

@@ -5,31 +5,45 @@ A listener is watched on the `Loop` while its process may open another connectio
 (the kernel's backlog holds who knocks) until one of them closes. So a process that floods
 its proxy waits behind its own connections, never another process's. `close` ends a
 process's listeners and connections; nothing it held stays open or watched.
+
+With transparent TCP a process has two more sockets of its namespace: a listener its every
+other TCP connection is redirected to (accepted as the others are, under the same caps:
+`_transparent`), and a DNS socket its every question goes to (`_dns`), whose names the
+listener's connections are asked about by.
 """
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from enum import Enum, auto
 
 import attrs
 
 from .._loop import Loop
+from ._dns import DnsResponder, Names
 from ._http_proxy import HttpClient
 from ._hub import Hub, Limits, Refusal
 from ._question import Question
 from ._socks import SocksClient
+from ._transparent import OriginalDestination, TransparentClient, original_destination
 
 ACCEPTS = 16  # connections taken per readiness of one listener, so others get their turn
 ACCEPT_RETRY = 0.1  # seconds between tries while accept() fails (out of descriptors, say)
 DEFAULT_LIMITS = Limits()
 
 
+class Kind(Enum):
+    HTTP = auto()
+    SOCKS = auto()
+    TRANSPARENT = auto()
+
+
 @attrs.define(eq=False)
 class Listener:
     proc: int
     sock: socket.socket
-    socks: bool  # SOCKS5, else HTTP
+    kind: Kind
     udp: bool
     watched: bool = False
     closed: bool = False
@@ -37,24 +51,42 @@ class Listener:
 
 class ProxyRoom:
     """``ask(proc, question_id, question)``: what the core is asked, for ``proc``'s connection;
-    its verdict comes back through `answer` with the same ``question_id``."""
+    its verdict comes back through `answer` with the same ``question_id``.
+    ``original_destination``: where a transparent connection was going; netfilter's record of
+    it unless a test has another way."""
 
     def __init__(self, loop: Loop, ask: Callable[[int, int, Question], None],
-                 limits: Limits = DEFAULT_LIMITS) -> None:
+                 limits: Limits = DEFAULT_LIMITS,
+                 original_destination: OriginalDestination = original_destination) -> None:
         self._loop = loop
         self._hub = Hub(loop, ask, limits)
         self._hub.on_closed = self._room_made
+        self._original_destination = original_destination
         self._listeners: dict[int, list[Listener]] = {}  # by process
+        self._names: dict[int, Names] = {}  # by process, with transparent TCP
+        self._resolvers: dict[int, DnsResponder] = {}  # by process
 
     def listen(self, proc: int, http: socket.socket, socks: socket.socket | None,
-               udp: bool) -> None:
-        """Serve ``proc``'s listening sockets (already bound and listening); the room owns them
-        from now on."""
+               udp: bool, transparent: socket.socket | None = None,
+               dns: socket.socket | None = None) -> None:
+        """Serve ``proc``'s sockets (already bound, the TCP ones listening); the room owns them
+        from now on. ``transparent`` and ``dns`` are transparent TCP's, made in the process's
+        namespace: the listener its other connections are redirected to and the UDP socket its
+        DNS questions are."""
         held = self._listeners.setdefault(proc, [])
-        for sock, is_socks in ((http, False), (socks, True)):
+        if transparent is not None or dns is not None:
+            names = self._names.setdefault(proc, Names(self._hub.limits.dns_names))
+            if dns is not None:
+                replaced = self._resolvers.pop(proc, None)
+                if replaced is not None:
+                    replaced.close()
+                self._resolvers[proc] = DnsResponder(self._loop, dns, names,
+                                                     self._hub.limits.dns_ttl)
+        for sock, kind in ((http, Kind.HTTP), (socks, Kind.SOCKS),
+                           (transparent, Kind.TRANSPARENT)):
             if sock is not None:
                 sock.setblocking(False)
-                listener = Listener(proc, sock, is_socks, udp)
+                listener = Listener(proc, sock, kind, udp)
                 held.append(listener)
                 self._watch(listener)
 
@@ -65,7 +97,12 @@ class ProxyRoom:
         self._hub.answer(question_id, allow, refusal, socks_code)
 
     def close(self, proc: int) -> None:
-        """``proc`` ended: its listeners and every connection it has are closed."""
+        """``proc`` ended: its listeners, its resolver (and the names it gave) and every
+        connection it has are closed."""
+        resolver = self._resolvers.pop(proc, None)
+        if resolver is not None:
+            resolver.close()
+        self._names.pop(proc, None)
         for listener in self._listeners.pop(proc, []):
             listener.closed = True
             self._unwatch(listener)
@@ -74,7 +111,7 @@ class ProxyRoom:
             handler.close()
 
     def close_all(self) -> None:
-        for proc in list(self._listeners) + list(self._hub.open):
+        for proc in {*self._listeners, *self._resolvers, *self._hub.open}:
             self.close(proc)
 
     # -- what a test or a gauge reads ------------------------------------------------------------
@@ -88,6 +125,11 @@ class ProxyRoom:
     def peak_buffered(self) -> int:
         """The most one direction of one connection has held."""
         return self._hub.meter.peak
+
+    def names(self, proc: int) -> int:
+        """Names ``proc``'s transparent resolver has given addresses to."""
+        names = self._names.get(proc)
+        return 0 if names is None else len(names)
 
     def connections(self, proc: int | None = None) -> int:
         return self._hub.count if proc is None else len(self._hub.open.get(proc, ()))
@@ -129,8 +171,12 @@ class ProxyRoom:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if listener.socks:
+            if listener.kind is Kind.SOCKS:
                 SocksClient(self._hub, listener.proc, sock, address, listener.sock, listener.udp)
+            elif listener.kind is Kind.TRANSPARENT:
+                TransparentClient(self._hub, listener.proc, sock, address,
+                                  listener.sock.getsockname(), self._names.get(listener.proc),
+                                  self._original_destination)
             else:
                 HttpClient(self._hub, listener.proc, sock, address)
 

@@ -18,7 +18,7 @@ from enum import IntEnum
 import attrs
 
 HEADER = struct.Struct("!HHHHHH")  # id, flags, then the four sections' counts
-ANSWER = struct.Struct("!HHHIH")  # after the name: type, class, TTL, data length
+ANSWER = struct.Struct("!HHIH")  # after the name: type, class, TTL, data length
 MAX_QUERY = 512  # a query larger than plain UDP DNS allows is not one a stub sends
 MAX_NAME = 255  # a name's wire length, its terminating zero included
 MAX_LABEL = 63

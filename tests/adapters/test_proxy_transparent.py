@@ -319,7 +319,11 @@ def test_refused_unknown_and_unredirected_connections_are_closed_without_a_byte(
     _, other = room.listen(2)
     blocked = resolve(resolver, "blocked.test")
     assert room.refused(listener, (blocked, 443), b"GET / HTTP/1.1\r\n\r\n")
-    assert [(q.host, q.port) for q in room.policy.asked] == [("blocked.test", 443)]
+    room.policy.rules["localhost"] = "deny"  # a name that resolves, to where one could connect
+    denied = resolve(resolver, "localhost")
+    assert room.refused(listener, (denied, echo_origin.port), b"ping")
+    assert [(q.host, q.port) for q in room.policy.asked] == [
+        ("blocked.test", 443), ("localhost", echo_origin.port)]
 
     unreachable = socket.create_server(("127.0.0.1", 0))  # allowed, but nothing listens
     port = unreachable.getsockname()[1]
@@ -328,13 +332,14 @@ def test_refused_unknown_and_unredirected_connections_are_closed_without_a_byte(
     assert room.policy.asked[-1].port == port
 
     resolve(other, "one.test")
-    theirs = resolve(other, "two.test")  # given to process 2, never to 1
-    assert room.read(lambda r: r.names(1)) == 1
+    resolve(other, "two.test")
+    theirs = resolve(other, "three.test")  # given to process 2, never to 1 (which has two)
+    assert room.read(lambda r: r.names(1)) == 2
     for to in [("198.18.200.1", 80), (theirs, echo_origin.port),
                listener,  # reached directly: not a redirected connection
                None]:  # no original destination at all
         assert room.refused(listener, to), to
-    assert len(room.policy.asked) == 2  # none of those was asked about
+    assert len(room.policy.asked) == 3  # none of those was asked about
     assert wait_for(lambda: room.read(lambda r: r.connections()) == 0)
 
 

@@ -86,6 +86,7 @@ DISABLED = INVALID_CONFIG + "executor-local network proxy launch requires an ena
 ZERO_TIMEOUT = "network policy decision callback timeout must be nonzero"
 TRANSPARENT_TCP_SANDBOX = "transparent TCP requires a managed Linux sandbox"
 MANAGED_TRANSPARENT_TCP = "transparent TCP requires an executor-local managed proxy"
+TRANSPARENT_TCP_SOCKS5 = INVALID_CONFIG + "transparent_tcp requires an enabled managed SOCKS5 proxy"
 
 # What a local-binding client may reach directly (the reference's NO_PROXY when allowed).
 LOCAL_NO_PROXY = "localhost,127.0.0.1,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"

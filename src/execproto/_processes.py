@@ -196,8 +196,15 @@ class ProcessHandlers(CoreState):
         launch = _netproxy_params.parse_launch(p.network_proxy,
                                                managed_linux_sandbox=linux_sandbox)
         if launch.proxy.transparent_tcp or (managed is not None and managed.transparent_tcp):
-            raise invalid_params(f"{_sandbox.CANNOT_ENFORCE}: transparent TCP is not "
-                                 "supported here (networkProxyTransparentTcp is false)")
+            if not launch.proxy.enable_socks5:  # the reference's check, and words
+                raise invalid_params(_netproxy.TRANSPARENT_TCP_SOCKS5)
+            capabilities = self.host.environment_info.get("capabilities", {})
+            if not capabilities.get("networkProxyTransparentTcp"):
+                raise invalid_params(f"{_sandbox.CANNOT_ENFORCE}: transparent TCP is not "
+                                     "supported here (networkProxyTransparentTcp is false)")
+            if not launch.proxy.transparent_tcp:  # asked for in managedNetwork only
+                launch = attrs.evolve(launch, proxy=attrs.evolve(launch.proxy,
+                                                                 transparent_tcp=True))
         return launch
 
     def _process_read(

@@ -449,6 +449,28 @@ def managed_network(run: Run) -> dict[str, Any]:
         origin.close()
 
 
+def transparent_tcp(run: Run) -> dict[str, Any]:
+    """`transparent_tcp = true`: codex runs nothing on an executor that does not announce
+    `networkProxyTransparentTcp`; a program that ignores the proxy's variables still goes
+    through its policy (an address not allowlisted is refused)."""
+    if shutil.which("ip") is None:
+        return {"skipped": "iproute2 (ip) is not installed"}
+    origin = Origin(run.root)
+    try:
+        run.server_prefix = origin.prefix()
+        proxy = run.serve()
+        config = MANAGED_NETWORK + "transparent_tcp = true\n"
+        model = run.codex([[shell("proxied", "curl -s -m 10 http://allowed.test/")],
+                           [shell("direct", f"curl -s -m 5 --noproxy '*' http://{ORIGIN}/ "
+                                            "|| echo refused")],
+                           [say("done")]], url=proxy.url, config=config)
+        told = bytes(proxy.from_server).decode("utf-8", "replace")
+        return {**run.facts(model), "socks5_tcp": told.count('"socks5_tcp"'),
+                "transparent": '"networkProxyTransparentTcp":true' in told}
+    finally:
+        origin.close()
+
+
 # An administrator's managed network, on the client's host: it applies with the network off.
 REQUIREMENTS = """
 [experimental_network]
@@ -496,7 +518,7 @@ SCENARIOS: dict[str, Callable[[Run], dict[str, Any]]] = {
     f.__name__: f for f in [shell_exit_code, apply_patch, terminal_stdin, repository_skill,
                             resumed_connection, stdio_transport, bearer_token, tls_bearer_token,
                             wrong_token, read_only, read_only_under_tmp, workspace_write,
-                            managed_network, admin_network]
+                            managed_network, admin_network, transparent_tcp]
 }
 
 

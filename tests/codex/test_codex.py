@@ -262,3 +262,19 @@ def test_an_administrators_network_with_review_domains(runs: Runs, server: str) 
     assert refused["blocked"]["reason"] == "denied", refused
     assert refused["review"]["reason"] == "not_allowed", refused
     assert found["decisions"] == 3, found
+
+
+def test_transparent_tcp_takes_a_program_that_ignores_the_proxy(runs: Runs, server: str) -> None:
+    """`transparent_tcp = true`: codex needs `networkProxyTransparentTcp`; a proxied request
+    answers, and a direct connection to an address the policy does not allow is refused, as
+    one `socks5_tcp` decision."""
+    skipped = runs.report(server, "transparent_tcp").get("facts", {}).get("skipped")
+    if skipped:
+        pytest.skip(skipped)
+    found = facts(runs, server, "transparent_tcp", 3)
+    if not found["transparent"]:
+        pytest.skip("this server does not announce transparent TCP (root, nftables, nsenter)")
+    outputs = found["outputs"]
+    assert outputs["proxied"].endswith("Output:\nhello from allowed.test"), outputs
+    assert outputs["direct"].endswith("Output:\nrefused\n"), outputs
+    assert found["socks5_tcp"] == 1, found

@@ -209,3 +209,29 @@ def test_a_socks_refusal_is_a_reply_code() -> None:
     (answer, _) = ask(h, proc, socks, 5)
     assert answer == AnswerProxy(ask=5, allow=False, socks_code=2)
     assert [d["protocol"] for d in decisions(h)] == ["socks5_tcp"]
+
+
+def _transparent(proxy: dict[str, Any], announced: bool) -> tuple[Harness, dict[str, Any]]:
+    capabilities = {"networkProxyTransparentTcp": announced}
+    h = Harness(Config(sandbox_type="linuxSeccomp"),
+                Host(env={"TMPDIR": "/tmp"}, environment_info={"capabilities": capabilities}))
+    h.connect()
+    h.handshake()
+    msg_id = h.request(1, "process/start", {
+        "processId": "p", "argv": ["curl"], "cwd": "file:///tmp", "env": {}, "tty": False,
+        "enforceManagedNetwork": True, "networkProxy": {"proxy": proxy}, "sandbox": network()})
+    return h, h.response(1, msg_id) or {}
+
+
+def test_transparent_tcp_rides_on_the_spawn_where_announced() -> None:
+    h, response = _transparent({**PROXY, "transparentTcp": True}, announced=True)
+    assert "error" not in response, response
+    (spawn,) = h.of_type(Spawn)
+    assert spawn.spec.proxy is not None and spawn.spec.proxy.transparent_tcp
+
+
+def test_transparent_tcp_needs_the_socks5_proxy() -> None:
+    proxy = {**PROXY, "transparentTcp": True, "enableSocks5": False, "enableSocks5Udp": False}
+    _, response = _transparent(proxy, announced=True)
+    assert response["error"] == {"code": -32602, "message": "invalid network proxy config: "
+                                 "transparent_tcp requires an enabled managed SOCKS5 proxy"}

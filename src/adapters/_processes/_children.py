@@ -203,7 +203,8 @@ class Children:
                                    "pid": child.pid, "program": request.argv[0],
                                    "cwd": request.cwd, "sandbox": sandbox}})
         if listeners is not None:
-            self.proxy.listen(action.proc, listeners.http, listeners.socks, listeners.udp)
+            self.proxy.listen(action.proc, listeners.http, listeners.socks, listeners.udp,
+                              listeners.transparent, listeners.dns)
         self._feed(ProcessSpawned(proc=action.proc, pid=child.pid))
         self.loop.watch_read(child.pidfd, lambda: self._on_exit(action.proc))
         for stream in child.outputs:

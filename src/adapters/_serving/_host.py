@@ -22,7 +22,8 @@ _CAPABILITIES = {
     # of its network); see `environment_info`.
     "networkProxyLaunch": False,
     "networkProxyReviewDomains": False,
-    "networkProxyTransparentTcp": False,  # TCP from programs that ignore the proxy: not here
+    # and TCP from programs that ignore its variables: `LocalBackend.network_proxy_transparent`
+    "networkProxyTransparentTcp": False,
     "credentialMasking": False,
     "credentialMaskingCustomProviders": False,
     # discovery would have to run each root under the sandbox sent with it; it does not
@@ -45,9 +46,10 @@ def _shell() -> dict[str, str]:
     return {"name": os.path.basename(path), "path": path}
 
 
-def environment_info(network_proxy: bool = False) -> dict[str, Any]:
+def environment_info(network_proxy: bool = False, transparent: bool = False) -> dict[str, Any]:
     capabilities = {**_CAPABILITIES, "networkProxyLaunch": network_proxy,
-                    "networkProxyReviewDomains": network_proxy}
+                    "networkProxyReviewDomains": network_proxy,
+                    "networkProxyTransparentTcp": network_proxy and transparent}
     return {
         "shell": _shell(),
         "executorVersion": VERSION,
@@ -85,7 +87,9 @@ def descriptor_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def this_host(network_proxy: bool = False) -> Host:
-    """This machine; ``network_proxy``: the backend launches the managed network proxy."""
-    return Host(environment_info=environment_info(network_proxy), env=dict(os.environ),
+def this_host(network_proxy: bool = False, transparent: bool = False) -> Host:
+    """This machine; ``network_proxy``: the backend launches the managed network proxy,
+    ``transparent``: with transparent TCP."""
+    return Host(environment_info=environment_info(network_proxy, transparent),
+                env=dict(os.environ),
                 descriptor_limit=descriptor_limit())

@@ -89,7 +89,8 @@ def make_core(
     config = config or Config()
     backend = backend or LocalBackend(floor=config.floor)
     sandbox = check_sandbox_type(backend)
-    host = this_host(network_proxy=bool(getattr(backend, "network_proxy", False)))
+    host = this_host(network_proxy=bool(getattr(backend, "network_proxy", False)),
+                     transparent=bool(getattr(backend, "network_proxy_transparent", False)))
     core = ServerCore(attrs.evolve(config, sandbox_type=sandbox), host)
     return (core if trace is None else Recorder(core, trace, redact=redact_trace)), backend
 

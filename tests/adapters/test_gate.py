@@ -1,6 +1,6 @@
 """The upgrade gate's bounds, with no I/O: TLS handshakes per address and in all, the addresses
-it remembers, and wrong tokens waiting for their answer apart (test_handshake_flood.py runs the
-floods against real servers)."""
+it remembers, wrong tokens waiting for their answer apart, and an address's wrong tokens past its
+rate closed at the accept (test_handshake_flood.py runs the floods against real servers)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from execproto.adapters._wire._peer import (
     HANDSHAKE_TIME_BURST,
     HANDSHAKES_PER_ADDRESS,
     REFUSED,
+    WRONG_TOKEN_BURST,
+    WRONG_TOKENS_PER_ADDRESS,
     Gate,
     PeerState,
     WsPeer,
@@ -142,3 +144,47 @@ def test_an_address_holding_over_half_the_gate_makes_room_however_young_its_conn
     at.arrive("127.0.0.1:9")
     assert at.gate.admit(1.0, "127.0.0.2")  # and its own, once its oldest had SPARE
     assert at.hung_up == ["127.0.0.2:0", "127.0.0.2:1"]
+
+
+class Ticking(Clock):
+    """A `Clock` whose time is set by the test."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at = 0.0
+
+    def now(self) -> float:
+        return self.at
+
+
+def test_an_address_past_its_wrong_tokens_is_closed_at_the_accept_and_no_other() -> None:
+    """Each wrong token costs the server a read, a parse and timers, more than its client's
+    connect: past `WRONG_TOKEN_BURST` (then `WRONG_TOKENS_PER_ADDRESS` a second), the address's
+    connections are closed at the accept, on a plain listener too, so a flood cannot fill the
+    listen queue every client shares."""
+    clock = Ticking()
+    core = ServerCore()
+    connections = Connections(clock, lambda event: None, lambda: core)  # type: ignore[arg-type]
+    gate = Gate(Config())
+
+    def guess(host: str) -> None:
+        label = f"{host}:{len(gate.refused)}"
+        peer = WsPeer(connections, lambda parts: None, lambda: None, "the-token", gate, label,
+                      abort=lambda: None, ping_interval=30)
+        peer.received(UPGRADE + b"Authorization: Bearer nope\r\n\r\n", label)
+
+    for _ in range(int(WRONG_TOKEN_BURST)):
+        assert gate.admit(clock.at, "127.0.0.2")
+        guess("127.0.0.2")
+    assert not gate.admit(clock.at, "127.0.0.2")  # closed before anything is read
+    assert gate.admit(clock.at, "127.0.0.1")  # another address is not held up
+    clock.at += 1 / WRONG_TOKENS_PER_ADDRESS  # the rate gives one more guess
+    assert gate.admit(clock.at, "127.0.0.2")
+    guess("127.0.0.2")
+    assert not gate.admit(clock.at, "127.0.0.2")
+    # An address that presented the right token lately is not shut out by wrong ones from it
+    # (another of its clients, say): the others' guesses are answered late as ever.
+    for _ in range(int(WRONG_TOKEN_BURST) * 2):
+        guess("127.0.0.3")
+    gate.proven("127.0.0.3:1", clock.at)
+    assert gate.admit(clock.at, "127.0.0.3")

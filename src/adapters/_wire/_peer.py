@@ -135,7 +135,12 @@ PROVEN_FOR = 600.0
 ADDRESSES = 4096  # addresses remembered (each kind), the oldest forgotten first
 # Wrong tokens waiting for their late answer; past this, the oldest is closed at once.
 REFUSED = 16
-QUIET = 10.0  # seconds between two lines saying handshakes were refused
+# Connections an address that gave a wrong token (and not the right one lately) may open, a
+# second and at once; past them they are closed at the accept, on every listener. A flood of wrong
+# tokens then costs the server an accept and a close each, not a read, a parse and timers: it
+# keeps up with the flood, and the listen queue, shared with every client, seldom fills.
+WRONG_TOKENS_PER_ADDRESS, WRONG_TOKEN_BURST = 4.0, float(REFUSED)
+QUIET = 10.0  # seconds between two lines saying connections were refused at the accept
 
 
 def _source(host: str) -> str:
@@ -189,11 +194,17 @@ class Gate:
     wrong tokens holds no place an honest client needs; past `REFUSED`, the oldest is closed
     at once, with no answer.
 
+    Even so each costs a read, a parse and its timers, more than a client's connect costs it,
+    and a listener that falls behind drops every client's SYN alike (each then waits a second
+    for its retransmit). So an address that gave a wrong token, unless it presented the right
+    one lately, may open `WRONG_TOKENS_PER_ADDRESS` connections a second; the rest are closed
+    at the accept, before anything is read.
+
     On a TLS listener every connection begins a handshake, and its signature is most of what
     a flood of canned ClientHellos costs the server. So a connection is let in only within its
     address's rate and, unless the address presented the right token lately, while handshakes
     have taken less than their share of the owner's time (`spent`); otherwise it is closed at
-    the accept, before anything is read or computed. Both are token buckets, a few numbers per
+    the accept, before anything is read or computed. All are token buckets, a few numbers per
     address, `ADDRESSES` remembered at most.
     """
 
@@ -210,14 +221,17 @@ class Gate:
         self.refused: dict[WsPeer, None] = {}  # wrong tokens awaiting their answer, oldest first
         self.draining = False  # the server is draining: /readyz and upgrades answer 503
         self._addresses: dict[str, _Bucket] = {}  # oldest first
+        self._wrong: dict[str, _Bucket] = {}  # address -> its wrong tokens' bucket, oldest first
         self._proven: dict[str, float] = {}  # address -> when it last presented the token
         self._time: _Bucket | None = None  # the owner's time left for handshakes, in seconds
-        self._refusals = 0  # handshakes refused since the last line said so
+        self._refusals = 0  # connections refused at the accept since the last line said so
         self._quiet_until = 0.0
 
     def admit(self, now: float, host: str | None = None) -> bool:
         """Whether a new connection (from ``host``, if known) may begin its upgrade; if not,
         close it at once."""
+        if host is not None and self._wrong and not self._guessing_slowly(host, now):
+            return False
         if self.tls and host is not None and not self._handshake(host, now):
             return False
         if len(self.upgrading) < self.limit:
@@ -246,12 +260,33 @@ class Gate:
                 chosen = peer
         return chosen
 
-    def refuse(self, peer: WsPeer) -> None:
-        """``peer``'s wrong token waits for its answer apart, the oldest past `REFUSED` closed."""
+    def refuse(self, peer: WsPeer, now: float) -> None:
+        """``peer``'s wrong token waits for its answer apart, the oldest past `REFUSED` closed;
+        its address is counted from now on (`admit`)."""
+        if peer.source not in self._wrong:  # this one was let in uncounted
+            bucket = _Bucket(WRONG_TOKEN_BURST - 1, now)
+            _remember(self._wrong, peer.source, bucket)
         self.upgrading.pop(peer, None)
         self.refused[peer] = None
         if len(self.refused) > REFUSED:
             next(iter(self.refused)).cut_short()
+
+    def _guessing_slowly(self, host: str, now: float) -> bool:
+        """Whether a connection from ``host`` may be read: it gave no wrong token, or the right
+        one lately, or it is within its rate. Each connection of an address that gave a wrong
+        token is counted when it is let in, not when its token is read: a batch accepted at
+        once takes no more than what the rate left, and the address's client with the right
+        token waits 1/rate at most."""
+        source = _source(host)
+        bucket = self._wrong.get(source)
+        if bucket is None or now - self._proven.get(source, -PROVEN_FOR) < PROVEN_FOR:
+            return True
+        if bucket.left(now, WRONG_TOKENS_PER_ADDRESS, WRONG_TOKEN_BURST) >= 1:
+            bucket.level -= 1
+            return True
+        self._refused(host, f"more than {WRONG_TOKENS_PER_ADDRESS:g} wrong tokens a second "
+                            f"from {source}", "wrong token rate", now)
+        return False
 
     def _handshake(self, host: str, now: float) -> bool:
         """Whether a TLS handshake from ``host`` may begin now; its peer reports its cost."""
@@ -269,15 +304,19 @@ class Gate:
         if why is None:
             bucket.level -= 1
             return True
+        self._refused(host, why, "handshake rate", now)
+        return False
+
+    def _refused(self, host: str, why: str, refused: str, now: float) -> None:
+        """A connection from ``host`` is closed at the accept: said once in `QUIET` seconds."""
         self._refusals += 1
         if now >= self._quiet_until:  # a line per refusal would cost more than the refusal
-            log.warning("TLS handshake from %s refused: %s (%d refused since the last such "
-                        "line)", host, why, self._refusals,
-                        extra={"fields": {"peer": host, "refused": "handshake rate",
+            log.warning("connection from %s refused at the accept: %s (%d refused since the "
+                        "last such line)", host, why, self._refusals,
+                        extra={"fields": {"peer": host, "refused": refused,
                                           "why": why, "count": self._refusals}})
             self._refusals = 0
             self._quiet_until = now + QUIET
-        return False
 
     def spent(self, seconds: float, now: float) -> None:
         """A handshake's step took ``seconds`` of the owner's time."""
@@ -538,9 +577,9 @@ class WsPeer(Peer):
             log.warning("connection from %s refused: %s", label, got.refused,
                         extra={"fields": {"peer": label, "refused": got.refused}})
         if got.delayed:
-            if self._gate is not None:
-                self._gate.refuse(self)
             loop = self.connections.loop
+            if self._gate is not None:
+                self._gate.refuse(self, loop.now())
             loop.call_at(loop.now() + AUTH_DELAY, lambda: self._refuse_late(bytes(got.send)))
             return
         if got.send:

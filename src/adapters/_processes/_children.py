@@ -204,7 +204,8 @@ class Children:
                                    "cwd": request.cwd, "sandbox": sandbox}})
         if listeners is not None:
             self.proxy.listen(action.proc, listeners.http, listeners.socks, listeners.udp,
-                              listeners.transparent, listeners.dns)
+                              listeners.transparent, listeners.dns,
+                              owner=action.spec.session_id)  # shared by session
         self._feed(ProcessSpawned(proc=action.proc, pid=child.pid))
         self.loop.watch_read(child.pidfd, lambda: self._on_exit(action.proc))
         for stream in child.outputs:

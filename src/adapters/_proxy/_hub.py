@@ -4,7 +4,8 @@ dials, the count of buffered bytes and the register of open connections by proce
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Hashable
 from typing import Protocol
 
 import attrs
@@ -25,7 +26,8 @@ class Limits:
     # four reads' worth, so a fast stream keeps moving while a slow reader holds at most this.
     buffer: int = 256 << 10
     per_process: int = 64  # open client connections of one process's (tunnels included)
-    total: int = 512  # open client connections in the room
+    per_owner: int = 128  # of one owner's processes together (a session's: see `Hub.full`)
+    total: int = 512  # open client connections in the room, but for owners below their share
     header_bytes: int = 32 << 10  # an HTTP request's (or an upstream response's) head
     request_timeout: float = 10.0  # seconds from the accept (or the last answer) to a request
     connect_timeout: float = 10.0  # seconds to connect upstream, every address tried
@@ -70,6 +72,11 @@ class Hub:
                                limits.lookup_timeout)
         self.open: dict[int, set[Handler]] = {}
         self.count = 0
+        # Whose each process is (its session's; by default its own), and how many connections
+        # each owner has open: the room is shared by owner, so one session's many processes
+        # hold no more of it than one.
+        self.owners: dict[int, Hashable] = {}
+        self.by_owner: Counter[Hashable] = Counter()
         self.on_closed: Callable[[int], None] = lambda proc: None
 
     # -- questions -------------------------------------------------------------------------------
@@ -87,7 +94,7 @@ class Hub:
             self._ask(proc, question_id, Question(protocol=protocol, host=host, port=port,
                                             method=method, client=client, addresses=addresses))
 
-        cancel_lookup = self.lookups.resolve(proc, host, port, resolved)
+        cancel_lookup = self.lookups.resolve(self.owner(proc), host, port, resolved)
 
         def cancel() -> None:
             cancel_lookup()
@@ -112,8 +119,12 @@ class Hub:
 
     # -- connections -----------------------------------------------------------------------------
 
+    def owner(self, proc: int) -> Hashable:
+        return self.owners.get(proc, proc)
+
     def opened(self, handler: Handler) -> None:
         self.open.setdefault(handler.proc, set()).add(handler)
+        self.by_owner[self.owner(handler.proc)] += 1
         self.count += 1
 
     def closed(self, handler: Handler) -> None:
@@ -123,13 +134,29 @@ class Hub:
         held.discard(handler)
         if not held:
             del self.open[handler.proc]
+        owner = self.owner(handler.proc)
+        self.by_owner[owner] -= 1
+        if not self.by_owner[owner]:
+            del self.by_owner[owner]
         self.count -= 1
         self.on_closed(handler.proc)
 
     def full(self, proc: int) -> bool:
-        """Whether ``proc`` may open no more connections now."""
-        return (self.count >= self.limits.total
-                or len(self.open.get(proc, ())) >= self.limits.per_process)
+        """Whether ``proc`` may open no more connections now: at its own cap, its owner's, or
+        the room's. A full room still takes an owner below its share of it (the total over
+        the owners with connections, itself counted): so the owners that filled it hold it
+        only while no one else asks, and the room never holds more than twice its total
+        (what the full owners hold, under it, and the others' shares, under it too)."""
+        owner = self.owner(proc)
+        mine = self.by_owner[owner]
+        if len(self.open.get(proc, ())) >= self.limits.per_process:
+            return True
+        if mine >= self.limits.per_owner:
+            return True
+        if self.count < self.limits.total:
+            return False
+        owners = len(self.by_owner) + (owner not in self.by_owner)
+        return mine >= self.limits.total // owners or self.count >= 2 * self.limits.total
 
 
 def client_label(address: tuple[str, int] | tuple[str, int, int, int]) -> str:

@@ -3,9 +3,9 @@
 ``getaddrinfo`` cannot be interrupted, so a lookup that outlives ``lookup_timeout`` is
 answered with no addresses (the core decides what an unresolved name means) and its thread is
 left to finish; it keeps its slot until then, so a resolver that hangs cannot pile up threads.
-At most ``lookups`` run at once, at most ``lookups_per_process`` of one process's, and the
-waiting ones start in turn, one process after another: a process that floods names delays
-only itself.
+At most ``lookups`` run at once, at most ``lookups_per_process`` of one owner's (the room
+keys them by session), and the waiting ones start in turn, one owner after another: a process
+that floods names delays only its own session.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ipaddress
 import re
 import socket
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any
 
@@ -50,7 +50,7 @@ def _look_up(host: str, port: int) -> tuple[str, ...]:
 
 @attrs.define(eq=False)
 class Job:
-    proc: int
+    proc: Hashable  # its owner's key: a session, or a process
     host: str
     port: int
     found: Found | None  # None once answered or cancelled
@@ -63,11 +63,11 @@ class Lookups:
         self._total = total
         self._per_process = per_process
         self._timeout = timeout
-        self._waiting: OrderedDict[int, deque[Job]] = OrderedDict()  # by process, in turn
-        self._running: dict[int, int] = {}  # by process, abandoned ones included
+        self._waiting: OrderedDict[Hashable, deque[Job]] = OrderedDict()  # by process, in turn
+        self._running: dict[Hashable, int] = {}  # by process, abandoned ones included
         self.running = 0
 
-    def resolve(self, proc: int, host: str, port: int, found: Found) -> Callable[[], None]:
+    def resolve(self, proc: Hashable, host: str, port: int, found: Found) -> Callable[[], None]:
         """Look ``host`` up; ``found(addresses)`` on the owner. Returns a cancel."""
         ip = literal(host)
         if ip is not None:

@@ -1,9 +1,11 @@
 """The proxy room: each process's listeners, and every connection accepted on them.
 
 A listener is watched on the `Loop` while its process may open another connection: at
-``Limits.per_process`` of its own open, or ``Limits.total`` in the room, it is left unwatched
-(the kernel's backlog holds who knocks) until one of them closes. So a process that floods
-its proxy waits behind its own connections, never another process's. `close` ends a
+``Limits.per_process`` of its own open, ``Limits.per_owner`` of its session's, or the room's
+``Limits.total`` with its session holding its share of the room (`Hub.full`), it is left
+unwatched (the kernel's backlog holds who knocks) until one of them closes. So a process that
+floods its proxy waits behind its own connections, and a session behind its own, never
+another's. `close` ends a
 process's listeners and connections; nothing it held stays open or watched.
 
 With transparent TCP a process has two more sockets of its namespace: a listener its every
@@ -15,7 +17,7 @@ listener's connections are asked about by.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from enum import Enum, auto
 
 import attrs
@@ -68,11 +70,13 @@ class ProxyRoom:
 
     def listen(self, proc: int, http: socket.socket, socks: socket.socket | None,
                udp: bool, transparent: socket.socket | None = None,
-               dns: socket.socket | None = None) -> None:
+               dns: socket.socket | None = None, owner: Hashable = None) -> None:
         """Serve ``proc``'s sockets (already bound, the TCP ones listening); the room owns them
         from now on. ``transparent`` and ``dns`` are transparent TCP's, made in the process's
         namespace: the listener its other connections are redirected to and the UDP socket its
         DNS questions are."""
+        if owner is not None:
+            self._hub.owners[proc] = owner
         held = self._listeners.setdefault(proc, [])
         if transparent is not None or dns is not None:
             names = self._names.setdefault(proc, Names(self._hub.limits.dns_names))
@@ -109,6 +113,7 @@ class ProxyRoom:
             listener.sock.close()
         for handler in list(self._hub.open.get(proc, ())):
             handler.close()
+        self._hub.owners.pop(proc, None)
 
     def close_all(self) -> None:
         for proc in {*self._listeners, *self._resolvers, *self._hub.open}:
@@ -181,12 +186,12 @@ class ProxyRoom:
                 HttpClient(self._hub, listener.proc, sock, address)
 
     def _room_made(self, proc: int) -> None:
-        """A connection of ``proc``'s closed: its listeners may accept again, and, if the room
-        was full, every process's."""
-        if self._hub.count == self._hub.limits.total - 1:
-            for held in self._listeners.values():
+        """A connection of ``proc``'s closed: its owner's listeners may accept again, and,
+        while the room is full or was, every process's (each share changed)."""
+        owner = self._hub.owner(proc)
+        everyone = self._hub.count < 2 * self._hub.limits.total and (
+            self._hub.count >= self._hub.limits.total - 1)
+        for held_proc, held in self._listeners.items():
+            if everyone or self._hub.owner(held_proc) == owner:
                 for listener in held:
                     self._watch(listener)
-        else:
-            for listener in self._listeners.get(proc, ()):
-                self._watch(listener)

@@ -134,6 +134,16 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, metavar="SECONDS",
                      help="after this long (connecting included), terminate the remote "
                           "process and exit 124, as timeout(1) does")
+    add_connection_options(run)
+    run.add_argument("--resume-timeout", type=float, default=RESUME_TIMEOUT, metavar="SECONDS",
+                     help="how long to try to resume the session after the connection drops "
+                          "(default %(default)g; keep it under the server's --session-ttl)")
+    return run
+
+
+def add_connection_options(run: argparse.ArgumentParser) -> None:
+    """How a client command reaches a server: its token, its CA, and the two timeouts (shared
+    by `exec` and `forward`)."""
     run.add_argument("--auth-token-file", type=Path, metavar="FILE",
                      help="send the bearer token in this file (the server's --auth-token-file)")
     run.add_argument("--ca-file", type=Path, metavar="FILE",
@@ -145,10 +155,6 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      metavar="SECONDS", help="give up on a server that accepts the connection "
                                              "but does not answer after this long "
                                              "(default %(default)g)")
-    run.add_argument("--resume-timeout", type=float, default=RESUME_TIMEOUT, metavar="SECONDS",
-                     help="how long to try to resume the session after the connection drops "
-                          "(default %(default)g; keep it under the server's --session-ttl)")
-    return run
 
 
 def _check_ca_file(path: Path, tls: bool) -> None:

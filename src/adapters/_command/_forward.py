@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 from ._errors import UsageError
@@ -34,7 +33,7 @@ Runs until interrupted.
 
 
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
-    from ..client import CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT
+    from ._exec import add_connection_options  # built only for `forward`: exec's imports too
 
     run: argparse.ArgumentParser = commands.add_parser(
         "forward", help="forward local ports to a session's network on an exec-server",
@@ -46,17 +45,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help="the session whose network to reach (default: this command's own)")
     run.add_argument("--remote-host", default="127.0.0.1", metavar="IP",
                      help="the address in the session's network (default %(default)s)")
-    run.add_argument("--auth-token-file", type=Path, metavar="FILE",
-                     help="send the bearer token in this file (the server's --auth-token-file)")
-    run.add_argument("--ca-file", type=Path, metavar="FILE",
-                     help="with wss://, trust only the CA certificates in this PEM file "
-                          "(default: the system's, or those SSL_CERT_FILE names)")
-    run.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT, metavar="SECONDS",
-                     help="give up connecting after this long (default %(default)g)")
-    run.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_TIMEOUT,
-                     metavar="SECONDS", help="give up on a server that accepts the connection "
-                                             "but does not answer after this long "
-                                             "(default %(default)g)")
+    add_connection_options(run)
     return run
 
 

@@ -9,9 +9,13 @@ questions are written and read with this file's own bytes, not the room's encode
 
 from __future__ import annotations
 
+import ctypes
+import os
 import random
+import shutil
 import socket
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +33,7 @@ LIMITS = Limits(request_timeout=3.0, connect_timeout=2.0, lookup_timeout=2.0, li
 MB = 1 << 20
 A, AAAA, MX, OPT = 1, 28, 15, 41
 NOERROR, FORMERR, NOTIMP, REFUSED = 0, 1, 4, 5
+CLONE_NEWNET = 0x40000000
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 5.0) -> Any:
@@ -429,3 +434,98 @@ def test_closing_leaves_no_descriptor_watch_or_name(runner: LoopThread, echo_ori
         0, 0, 0, 0)
     assert wait_for(lambda: fds() <= fds_before), (fds(), fds_before)
     assert runner.watches() == watches_before
+
+
+# -- with the namespace's real rules ---------------------------------------------------------------
+
+
+def _tools() -> bool:
+    return os.geteuid() == 0 and all(shutil.which(tool) for tool in ("nft", "nsenter", "ip"))
+
+
+def _in_namespace(ns: int, make: Callable[[], Any]) -> Any:
+    """``make()`` run by a thread that joined the network namespace ``ns`` (the sockets it makes
+    are that namespace's)."""
+    made: list[Any] = []
+
+    def inside() -> None:
+        if ctypes.CDLL(None, use_errno=True).setns(ns, CLONE_NEWNET) != 0:
+            made.append(OSError(ctypes.get_errno(), "setns"))
+            return
+        made.append(make())
+
+    thread = threading.Thread(target=inside)
+    thread.start()
+    thread.join()
+    if isinstance(made[0], OSError):
+        raise made[0]
+    return made[0]
+
+
+@pytest.mark.skipif(not _tools(), reason="needs root, nftables, nsenter and ip")
+def test_through_a_namespace_with_the_redirect_rules(echo_origin: TcpOrigin) -> None:
+    """A private namespace with the backend's rules: a question to any nameserver is answered
+    from it, and a connection to the address answered reaches the origin, asked about by name
+    (netfilter's record of the destination, read by the room itself)."""
+    from execproto.adapters._processes._netns import TRANSPARENT_RULES
+
+    made: list[int] = []
+
+    def unshare() -> None:  # the thread ends; the namespace lives on through the descriptor
+        assert ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) == 0
+        made.append(os.open("/proc/thread-self/ns/net", os.O_RDONLY))
+
+    thread = threading.Thread(target=unshare)
+    thread.start()
+    thread.join()
+    ns = made[0]
+    runner = start("asyncio")
+    room = Room(runner)
+    try:
+        listener = _in_namespace(ns, lambda: socket.create_server(("127.0.0.1", 0)))
+        resolver = _in_namespace(ns, lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+        resolver.bind(("127.0.0.1", 0))
+        rules = TRANSPARENT_RULES.format(tcp=listener.getsockname()[1],
+                                         dns=resolver.getsockname()[1])
+        for command, given in ((["ip", "link", "set", "lo", "up"], None),
+                               (["ip", "route", "add", "default", "dev", "lo", "src",
+                                 "127.0.0.1"], None),
+                               (["nft", "-f", "-"], rules.encode())):
+            subprocess.run(["nsenter", f"--net=/proc/self/fd/{ns}", "--", *command],
+                           input=given, pass_fds=(ns,), check=True, capture_output=True)
+        real = runner.call(lambda: ProxyRoom(runner.loop, room.policy.ask, LIMITS))
+        room.policy.room = room.room = real
+        runner.call(lambda: real.listen(1, socket.create_server(("127.0.0.1", 0)), None, False,
+                                        transparent=listener, dns=resolver))
+
+        client = _in_namespace(ns, lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+        with client:
+            client.settimeout(5)
+            client.sendto(dns_query("localhost"), ("192.0.2.53", 53))  # whatever resolv.conf says
+            reply, answered_from = client.recvfrom(512)
+        assert answered_from == ("192.0.2.53", 53)  # as a stub resolver checks
+        address = socket.inet_ntoa(dns_reply(reply)[3][0][3])
+        assert address.startswith("198.1")
+
+        sock = _in_namespace(ns, lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+        with sock:
+            sock.settimeout(5)
+            sock.connect((address, echo_origin.port))
+            sock.sendall(b"through the rules")
+            assert recv_exactly(sock, 17) == b"through the rules"
+        asked = room.policy.asked[-1]
+        assert (asked.protocol, asked.host, asked.port) == (
+            "socks5_tcp", "localhost", echo_origin.port)
+        sock = _in_namespace(ns, lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+        with sock:
+            sock.settimeout(5)
+            try:
+                sock.connect(("192.0.2.1", 443))  # an address asked as it is, and refused
+                assert closed_without_a_byte(sock)
+            except ConnectionResetError:
+                pass
+        assert (room.policy.asked[-1].host, room.policy.asked[-1].port) == ("192.0.2.1", 443)
+    finally:
+        runner.call(room.room.close_all)
+        runner.stop()
+        os.close(ns)

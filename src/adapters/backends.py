@@ -327,9 +327,11 @@ class LocalBackend:
         except _netns.HolderFailed as exc:
             raise Refused(f"the session's network could not be made: {exc}") from None
 
-    def end_session(self, session_id: str) -> None:
-        """The session is gone: so is its network (optional for a backend)."""
-        self._networks.end(session_id)
+    def end_session(self, session_id: str) -> Callable[[], None] | None:
+        """The session is gone: so is its network (optional for a backend). Quick; returns
+        what is left to do that blocks (the holder's exit, to be run off the owner), if
+        anything."""
+        return self._networks.end(session_id)
 
     def close(self) -> None:
         """The server stopped: every session's network goes (optional for a backend)."""

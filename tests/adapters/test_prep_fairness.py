@@ -227,7 +227,7 @@ def test_a_placeholder_removed_while_a_plan_relied_on_it_is_made_again(
     first = backend.prepare(_spec(policy, tmp_path))
     for fd in first.pass_fds:
         os.close(fd)
-    assert first.token == (str(git),)
+    assert first.token.uses == (str(git),)
     git.mkdir()  # as B's stage does
     placeholders = backend._placeholders
     sandbox = _bwrap.Sandbox(backend._bwrap or "bwrap", None, placeholders)
@@ -248,5 +248,5 @@ def test_a_placeholder_removed_while_a_plan_relied_on_it_is_made_again(
         sandbox.close()
     assert calls == [set(), {str(git)}]  # seen there, then missing: a placeholder of its own
     assert sandbox.uses == [str(git)] and len(placeholders) == 1
-    backend.finalize(tuple(sandbox.uses), "completed", 0, False)
+    backend.finalize(backends._Token(tuple(sandbox.uses)), "completed", 0, False)
     assert len(placeholders) == 0

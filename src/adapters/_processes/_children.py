@@ -467,10 +467,13 @@ class Children:
                           action.socks_code)
 
     def _end_session(self, action: EndSession) -> None:
-        """What the backend keeps for the session (its network) goes, off the owner, after
-        the session's starts still being prepared (its share runs them in turn)."""
+        """What the backend keeps for the session (its network) goes: the backend lets go of
+        it at once, and what blocks (waiting for a holder to exit) runs off the owner, after
+        the session's starts still being prepared (its share runs them in turn). Most
+        sessions kept nothing, and wake no worker."""
         end = getattr(self.backend, "end_session", None)
-        if end is None:
+        rest = end(action.session_id) if end is not None else None
+        if rest is None:
             return
 
         def cleaned(outcome: Any) -> None:
@@ -482,7 +485,7 @@ class Children:
                 self.on_cleaned()
 
         self.cleanups += 1
-        self._prep.submit(action.session_id, lambda: end(action.session_id), cleaned)
+        self._prep.submit(action.session_id, rest, cleaned)
 
     def kill_all(self) -> None:
         """The core failed: nothing it started may outlive it. Every process group is killed

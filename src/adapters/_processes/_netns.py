@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import threading
+from collections.abc import Callable
 
 import attrs
 
@@ -182,16 +183,16 @@ class Networks:
                 self._held[session_id] = holder
             return holder
 
-    def end(self, session_id: str) -> None:
+    def end(self, session_id: str) -> Callable[[], None] | None:
         """The session is gone: its network goes too (what still runs in it is being
-        stopped, and keeps it till then, with no way out)."""
+        stopped, and keeps it till then, with no way out). Quick: returns the holder's close,
+        which blocks till it exits, if it had one; one being made is closed by its maker."""
         with self._lock:
             self._ended[session_id] = None
             while len(self._ended) > ENDED_KEPT:
                 del self._ended[next(iter(self._ended))]
             holder = self._held.pop(session_id, None)
-        if holder is not None:
-            holder.close()
+        return None if holder is None else holder.close
 
     def close(self) -> None:
         with self._lock:

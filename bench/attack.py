@@ -16,6 +16,12 @@ baseline), descriptors within 4 of the baseline after, and what an attack checks
 pre-auth flood: 90 % of honest clients get in). What the server keeps by design for 30 s (the
 retained-output attack's detached session and closed output) is measured after 35 s.
 
+The managed-proxy and port-forwarding attacks (`NETWORK_ATTACKS`) each run at a server of their
+own, started with ``--allow-network`` (the others' servers give sandboxes no network), and time
+what an honest program of another session sees meanwhile (target: its p99 under 1 s too). They
+need bubblewrap (the forward flood, pasta too) and say why they are skipped without it; their
+sessions' networks live on for the session TTL, so they are measured after 35 s as well.
+
     .venv/bin/python bench/attack.py [--adapters asyncio,trio,threads] [--seconds 10]
                                      [--only SUBSTRING] [--list] [--sandbox auto|bwrap|none]
 
@@ -27,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import http.server
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -49,7 +57,8 @@ SETTLE = 10.0  # seconds after the attackers leave before RSS is measured again
 # Attacks whose leftovers the server keeps by design for 30 s (a detached session's processes,
 # closed output readable for closed_ttl): measured after those have run out.
 LONG_SETTLE = 35.0
-KEPT_30_S = ("retained output, 1,500 x 1 MiB", "processes left behind, 4 x 256 sleep")
+KEPT_30_S = ("retained output, 1,500 x 1 MiB", "processes left behind, 4 x 256 sleep",
+             "proxy hoard, 10 x 100 idle connections", "forward flood, every stream pumped")
 RSS_LIMIT, PROBE_LIMIT, AFTER_LIMIT, FDS_SLACK = 600.0, 1.0, 50.0, 4
 MIB = 1 << 20
 PROBE_PAUSE = 0.05  # between probe rounds
@@ -271,13 +280,15 @@ WALK = {"maxDepth": 64, "maxDirectories": 10_000, "maxEntries": 50_000,
 
 
 class Server:
-    def __init__(self, adapter: str, token_file: Path, sandbox: str) -> None:
+    def __init__(self, adapter: str, token_file: Path, sandbox: str,
+                 allow_network: bool = False) -> None:
         self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "execproto.adapters", "serve", "--listen", "ws://127.0.0.1:0",
              "--adapter", adapter, "--auth-token-file", str(token_file), "--kill-grace", "0.5",
              "--sandbox", sandbox, "--log-level", "ERROR",
              *(("--writable-root", str(WRITABLE)) if sandbox == "bwrap" else ()),
+             *(("--allow-network",) if allow_network else ()),
              "--drain-grace", "0"],  # the attacks leave processes running at the stop
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         assert self.process.stdout is not None
@@ -1236,6 +1247,498 @@ def costly_walks(url: str, stop: threading.Event) -> Note:
     return Note(f"{answered[0]} walks of 250 patterns answered")
 
 
+# -- the managed proxy and port forwarding: one session's load, another session's latency ------
+
+SANDBOX_MODE = ["none"]  # the servers' --sandbox, set by main()
+# A sandbox in its session's network (pasta), reading everything, writing nothing.
+NETWORK_SANDBOX: dict[str, Any] = {
+    **profile("/tmp", [ROOT_READ]),
+    "permissions": {"type": "managed", "network": "enabled",
+                    "file_system": {"type": "restricted", "entries": [ROOT_READ]}}}
+# The managed proxy, letting its process reach the bench's origin on the host's loopback only.
+LOCAL_PROXY: dict[str, Any] = {
+    "enabled": True, "enableSocks5": True, "enableSocks5Udp": False, "allowUpstreamProxy": False,
+    "dangerouslyAllowAllUnixSockets": False, "mode": "full", "allowLocalBinding": True,
+    "domains": {"localhost": "allow", "127.0.0.1": "allow"}, "unixSockets": None}
+_FORWARD_DATA = re.compile(rb'"streamId":(\d+),"seq":(\d+),"dataBase64":"')
+
+# Holds as many idle connections to its HTTP proxy as it can (argv[1] at most), reopening those
+# the proxy closes (it gives a connection 10 s to send its request); a line of counts a second.
+HOARD = r"""
+import os, select, socket, sys, time
+port = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+want, until = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])
+held, opened, closed, said = [], 0, 0, 0.0
+while time.monotonic() < until:
+    while len(held) < want:
+        try:
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=1))
+            opened += 1
+        except OSError:
+            break
+    ready = select.select(held, [], [], 0.2)[0] if held else time.sleep(0.2) or []
+    for sock in ready:
+        try:
+            gone = not sock.recv(4096)
+        except OSError:
+            gone = True
+        if gone:
+            sock.close()
+            held.remove(sock)
+            closed += 1
+    if time.monotonic() - said >= 1:
+        said = time.monotonic()
+        print("held", len(held), "opened", opened, "closed", closed, flush=True)
+"""
+# An honest program: GETs argv[1] through its HTTP proxy one after another (a new connection
+# each, as urllib would; a raw socket, since NO_PROXY names the loopback), printing each time.
+TIMED_GETS = r"""
+import os, socket, sys, time
+proxy = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+request = ("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+           % (sys.argv[1], sys.argv[1].split("/")[2])).encode()
+until = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < until:
+    began = time.monotonic()
+    try:
+        with socket.create_connection(("127.0.0.1", proxy), timeout=20) as sock:
+            sock.settimeout(20)
+            sock.sendall(request)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                more = sock.recv(65536)
+                if not more:
+                    raise EOFError("closed before the answer's head")
+                got += more
+            head, _, body = got.partition(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise EOFError(head.split(b"\r\n")[0].decode())
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                more = sock.recv(65536)
+                if not more:
+                    raise EOFError("closed in the body")
+                body += more
+        print("took", time.monotonic() - began, flush=True)
+    except Exception as exc:
+        print("failed", time.monotonic() - began, type(exc).__name__, exc, flush=True)
+    time.sleep(0.02)
+"""
+# A dev server on 127.0.0.1:argv[1] in the session's network. "pump": each connection is sent
+# 64 KiB blocks as fast as taken and what it sends is read and dropped; "small": each is
+# answered a 2-byte HTTP response, then closed. Ends after argv[3] seconds.
+DEV_SERVER = r"""
+import socket, sys, threading, time
+port, mode, lifetime = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+block = b"x" * 65536
+def pump(conn):
+    def send():
+        try:
+            while True:
+                conn.sendall(block)
+        except OSError:
+            pass
+    threading.Thread(target=send, daemon=True).start()
+    try:
+        while conn.recv(1 << 20):
+            pass
+    except OSError:
+        pass
+    conn.close()
+def small(conn):
+    try:
+        got = b""
+        while b"\r\n\r\n" not in got:
+            more = conn.recv(4096)
+            if not more:
+                break
+            got += more
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+    except OSError:
+        pass
+    conn.close()
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", port))
+listener.listen(128)
+print("listening", flush=True)
+threading.Timer(lifetime, lambda: __import__("os")._exit(0)).start()
+while True:
+    conn, _ = listener.accept()
+    threading.Thread(target=pump if mode == "pump" else small, args=(conn,), daemon=True).start()
+"""
+DEV_PORT = 3000
+
+
+def network_problem(needs_pasta: bool) -> str | None:
+    """Why an attack needing a sandbox (and with ``needs_pasta`` a session network) cannot
+    run here, or None."""
+    if SANDBOX_MODE[0] != "bwrap":
+        return "the server runs with --sandbox none (bubblewrap does not run here)"
+    if needs_pasta and shutil.which("pasta") is None:
+        return "pasta is not installed: sandboxes get no session network to forward into"
+    return None
+
+
+class Session:
+    """A `Client` read by a thread of its own: each reply goes to its caller (`call`) or its
+    callback (`request`); ``forward/data`` to ``on_data(stream, seq, text)`` unparsed; the
+    other messages, parsed, to ``on_message``."""
+
+    def __init__(self, url: str) -> None:
+        self.client = Client(url)
+        self.client.sock.settimeout(None)
+        self.lock = threading.Lock()
+        self.waiting: dict[int, Callable[[dict[str, Any]], None]] = {}
+        self.on_data: Callable[[int, int, bytes], None] = lambda stream, seq, text: None
+        self.on_message: Callable[[dict[str, Any]], None] = lambda message: None
+        self.ended = threading.Event()
+        self.reader = in_background(self._read)
+
+    def _read(self) -> None:
+        try:
+            while True:
+                text = self.client.text()
+                if text.startswith(b'{"jsonrpc":"2.0","method":"forward/data"'):
+                    found = _FORWARD_DATA.search(text, 0, 120)
+                    if found:
+                        self.on_data(int(found[1]), int(found[2]), text)
+                    continue
+                message = json.loads(text)
+                if "id" in message and "method" not in message:
+                    with self.lock:
+                        then = self.waiting.pop(message["id"], None)
+                    if then is not None:
+                        then(message)
+                else:
+                    self.on_message(message)
+        except (OSError, EOFError, ValueError):
+            pass
+        finally:
+            self.ended.set()
+
+    def request(self, method: str, params: object,
+                then: Callable[[dict[str, Any]], None] = lambda reply: None) -> None:
+        with self.lock:
+            self.client.ids += 1
+            msg_id = self.client.ids
+            self.waiting[msg_id] = then
+        self.client.send(rpc(msg_id, method, params))
+
+    def call(self, method: str, params: object, timeout: float = 30.0) -> dict[str, Any]:
+        got: list[dict[str, Any]] = []
+        answered = threading.Event()
+        self.request(method, params, lambda reply: (got.append(reply), answered.set()))
+        if not answered.wait(timeout):
+            raise TimeoutError(f"{method}: no answer in {timeout:g} s")
+        return got[0]
+
+    def start(self, process_id: str, argv: list[str], **extra: object) -> dict[str, Any]:
+        return self.call("process/start", start_params(process_id, argv, {
+            "env": {"PATH": "/usr/bin:/bin"}, "sandbox": NETWORK_SANDBOX, **extra}))
+
+    def end(self, process_ids: list[str], closed: set[str]) -> None:
+        """Terminates ``process_ids``, waits (10 s at most) for each to be in ``closed`` (which
+        ``on_message`` fills), then hangs up."""
+        try:
+            for process_id in process_ids:
+                self.request("process/terminate", {"processId": process_id})
+            deadline = time.monotonic() + 10
+            while set(process_ids) - closed and time.monotonic() < deadline:
+                time.sleep(0.05)
+        except OSError:
+            pass
+        hang_up(self.client.sock)
+        self.reader.join(5)
+
+
+def output_lines(message: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """A process/output notification's processId and lines (each chunk is whole lines here:
+    the programs print a line at a time, flushed)."""
+    params = message.get("params")
+    if message.get("method") != "process/output" or not isinstance(params, dict):
+        return None
+    text = base64.b64decode(params.get("chunk", "")).decode(errors="replace")
+    return params.get("processId", ""), text.splitlines()
+
+
+def latency_note(times: list[float], failures: list[str], what: str) -> Note:
+    """The honest program's p99 and worst (target: p99 under 1 s, no failure), then ``what``."""
+    p99 = percentile(times, 0.99)
+    failed = f", {len(failures)} failed ({failures[0][:120]})" if failures else ""
+    return Note(f"the other session's {len(times)} requests: p50 {percentile(times, 0.5):.3f} s, "
+                f"p99 {p99:.3f} s, worst {max(times, default=0.0):.3f} s{failed}; {what}",
+                met=bool(times) and p99 < PROBE_LIMIT and not failures)
+
+
+class Origin(http.server.BaseHTTPRequestHandler):
+    """The bench's HTTP origin on the host's loopback: 2 bytes for any GET."""
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def proxy_hoard(url: str, stop: threading.Event) -> Note:
+    """One session starts 10 sandboxed processes behind the managed proxy, each holding as
+    many idle connections to its HTTP proxy as it can (100 at most), reopened as the proxy
+    closes them; meanwhile another session's sandboxed process, behind its own proxy, GETs a
+    2-byte answer from an origin the bench runs on the host's loopback, one request after
+    another (20 ms apart), each timed. Target: that process's p99 under 1 s. Needs bwrap."""
+    problem = network_problem(needs_pasta=False)
+    if problem is not None:
+        return Note(f"skipped: {problem}")
+    http.server.ThreadingHTTPServer.request_queue_size = 128
+    origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
+    origin.daemon_threads = True
+    serving = in_background(origin.serve_forever)
+    target = f"http://127.0.0.1:{origin.server_address[1]}/"
+    hoarders = [f"hoard-{i}" for i in range(10)]
+    counts: dict[str, str] = {}
+    times: list[float] = []
+    failures: list[str] = []
+    closed: set[str] = set()
+    lock = threading.Lock()
+
+    def heard(message: dict[str, Any]) -> None:
+        if closed_id(message) is not None:
+            closed.add(closed_id(message) or "")
+        said = output_lines(message)
+        if said is None:
+            return
+        process_id, lines = said
+        with lock:
+            for line in lines:
+                if line.startswith("held "):
+                    counts[process_id] = line
+                elif line.startswith("took "):
+                    times.append(float(line.split()[1]))
+                elif line.startswith("failed "):
+                    failures.append(line)
+
+    proxy = {"proxy": LOCAL_PROXY}
+    sessions: list[tuple[Session, list[str]]] = []
+    try:
+        attacker = Session(url)
+        attacker.on_message = heard
+        sessions.append((attacker, hoarders))
+        refused = []
+        for process_id in hoarders:
+            reply = attacker.start(process_id, ["python3", "-c", HOARD, "100", "600"],
+                                   enforceManagedNetwork=True, networkProxy=proxy)
+            if "error" in reply:
+                refused.append(error_text(reply))
+        if len(refused) == len(hoarders):
+            return Note(f"the attack itself failed: every hoarder refused: {refused[0]}", False)
+        deadline = time.monotonic() + 10  # every hoarder holds what it can before the probe
+        while len(counts) < len(hoarders) - len(refused) and time.monotonic() < deadline:
+            stop.wait(0.1)
+        honest = Session(url)
+        honest.on_message = heard
+        sessions.append((honest, ["timed"]))
+        reply = honest.start("timed", ["python3", "-c", TIMED_GETS, target, "600"],
+                             enforceManagedNetwork=True, networkProxy=proxy)
+        if "error" in reply:
+            return Note(f"the honest process was refused: {error_text(reply)}", False)
+        stop.wait()
+    finally:
+        for session, process_ids in sessions:
+            session.end(process_ids, closed)
+        origin.shutdown()
+        origin.server_close()
+        serving.join(5)
+    with lock:  # each count line: held N opened N closed N
+        sums = [sum(int(line.split()[at]) for line in counts.values()) for at in (1, 3, 5)]
+        return latency_note(times, failures, f"{len(counts)} hoarders held {sums[0]} connections "
+                            f"at the end (the proxy's backlog included), {sums[1]} opened, "
+                            f"{sums[2]} closed by the proxy"
+                            + (f"; {len(refused)} refused: {refused[0]}" if refused else ""))
+
+
+def forward_flood(url: str, stop: threading.Event) -> Note:
+    """One session starts a dev server in its session network (127.0.0.1:3000, inside a
+    sandbox) that sends each connection 64 KiB blocks as fast as taken, opens as many forward
+    streams to it as the server allows (1,100 tries at most), and pumps: every stream's data
+    acknowledged each 256 KiB, and two 256 KiB writes in flight on each. Meanwhile another
+    session, with a dev server of its own on the same port in its own network, times small
+    requests through its own forward, one after another (20 ms apart): open, write the request
+    with EOF, read the answer to its EOF. Target: its p99 under 1 s. Needs bwrap and pasta."""
+    problem = network_problem(needs_pasta=True)
+    if problem is not None:
+        return Note(f"skipped: {problem}")
+    closed: set[str] = set()
+    sessions: list[tuple[Session, list[str]]] = []
+    streams: list[int] = []
+    in_flight: dict[int, int] = {}
+    unacked: dict[int, int] = {}
+    to_ack: dict[int, int] = {}  # the latest seq to acknowledge, by stream
+    tally = Tally()
+    moved = [0, 0]  # bytes received (base64, as sent), bytes written (acknowledged writes)
+    lock = threading.Condition()
+    chunk = base64.b64encode(os.urandom(256 << 10)).decode()
+    times: list[float] = []
+    failures: list[str] = []
+
+    def heard(message: dict[str, Any]) -> None:
+        if closed_id(message) is not None:
+            closed.add(closed_id(message) or "")
+
+    def opened(session: Session, stopping: threading.Event) -> tuple[int | None, str]:
+        """A stream to the session's dev server, retried (10 s at most) while it starts."""
+        deadline = time.monotonic() + 10
+        while True:
+            reply = session.call("forward/open", {"port": DEV_PORT})
+            if "result" in reply:
+                return int(reply["result"]["streamId"]), ""
+            if ("refused (os error" not in error_text(reply) or time.monotonic() > deadline
+                    or stopping.is_set()):
+                return None, error_text(reply)
+            stopping.wait(0.1)
+
+    def data(stream: int, seq: int, text: bytes) -> None:
+        """The reader's: acks are sent by the pump, so the reader never waits to send."""
+        moved[0] += len(text)
+        unacked[stream] = unacked.get(stream, 0) + len(text)
+        if unacked[stream] >= 256 << 10:
+            unacked[stream] = 0
+            with lock:
+                to_ack[stream] = seq
+                lock.notify()
+
+    def written(stream: int) -> Callable[[dict[str, Any]], None]:
+        def then(reply: dict[str, Any]) -> None:
+            tally.add(reply)
+            with lock:
+                in_flight[stream] -= 1
+                moved[1] += (256 << 10) if "result" in reply else 0
+                lock.notify()
+        return then
+
+    def pump() -> None:
+        try:
+            while not stop.is_set():
+                with lock:
+                    acks = list(to_ack.items())
+                    to_ack.clear()
+                    ready = [s for s in in_flight if in_flight[s] < 2]
+                    if not ready and not acks:
+                        lock.wait(0.1)
+                        continue
+                    for stream in ready:
+                        in_flight[stream] += 1
+                for stream, seq in acks:
+                    attacker.request("forward/ack", {"streamId": stream, "seq": seq})
+                for stream in ready:
+                    attacker.request("forward/write", {"streamId": stream, "dataBase64": chunk},
+                                     written(stream))
+        except OSError:
+            pass
+
+    setting_up = time.monotonic()
+    timed_from = 0.0
+    try:
+        # The other session first: its dev server up and its forward warm before the flood.
+        honest = Session(url)
+        honest.on_message = heard
+        sessions.append((honest, ["dev"]))
+        reply = honest.start("dev", ["python3", "-c", DEV_SERVER, str(DEV_PORT), "small", "600"])
+        if "error" in reply:
+            return Note(f"the other session's dev server was refused: {error_text(reply)}",
+                        False)
+        got: dict[int, list[str]] = {}  # each stream's end: "forward/eof None", ...
+        news = threading.Condition()
+
+        def told(message: dict[str, Any]) -> None:
+            heard(message)
+            method, params = message.get("method"), message.get("params") or {}
+            if method in ("forward/eof", "forward/closed"):
+                with news:
+                    got.setdefault(params.get("streamId"), []).append(
+                        f"{method} {params.get('error')}")
+                    news.notify_all()
+
+        honest.on_message = told
+        warm, why = opened(honest, stop)
+        if warm is None:
+            if "forward refused" in why:
+                return Note(f"skipped: {why}")
+            return Note(f"the other session's forward failed: {why}", False)
+        honest.request("forward/close", {"streamId": warm})
+        # The attacker: its dev server, every stream it may open, pumped.
+        attacker = Session(url)
+        attacker.on_message = heard
+        attacker.on_data = data
+        sessions.append((attacker, ["pump"]))
+        reply = attacker.start("pump", ["python3", "-c", DEV_SERVER, str(DEV_PORT), "pump",
+                                        "600"])
+        if "error" in reply:
+            return Note(f"the attack itself failed: the dev server: {error_text(reply)}", False)
+        first, why = opened(attacker, stop)
+        if first is None:
+            return Note(f"the attack itself failed: forward/open: {why}", False)
+        streams.append(first)
+        refusals: list[str] = []
+        answers = threading.Semaphore(0)
+
+        def answered(reply: dict[str, Any]) -> None:
+            if "result" in reply:
+                streams.append(int(reply["result"]["streamId"]))
+            else:
+                refusals.append(error_text(reply))
+            answers.release()
+
+        while not refusals and not stop.is_set() and len(streams) < 1100:  # 64 at a time
+            batch = min(64, 1100 - len(streams))
+            for _ in range(batch):
+                attacker.request("forward/open", {"port": DEV_PORT}, answered)
+            for _ in range(batch):
+                if not answers.acquire(timeout=30):
+                    refusals.append("no answer to forward/open in 30 s")
+                    break
+        refusal = f"{len(refusals)} refused: {refusals[0]}" if refusals else ""
+        with lock:
+            in_flight.update((stream, 0) for stream in streams)
+        pumping = in_background(pump)
+        timed_from = time.monotonic() - setting_up
+        request = base64.b64encode(b"GET /n HTTP/1.1\r\nHost: dev\r\n\r\n").decode()
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                reply = honest.call("forward/open", {"port": DEV_PORT}, timeout=20)
+                if "error" in reply:
+                    raise EOFError(error_text(reply))
+                stream = int(reply["result"]["streamId"])
+                honest.request("forward/write", {"streamId": stream, "dataBase64": request,
+                                                 "eof": True})
+                with news:
+                    if not news.wait_for(lambda s=stream: s in got, 20):
+                        raise TimeoutError("no EOF in 20 s")
+                    ending = got.pop(stream)
+                if ending[0] != "forward/eof None" and ending[0] != "forward/closed None":
+                    raise EOFError(ending[0])
+                times.append(time.monotonic() - began)
+                honest.request("forward/close", {"streamId": stream})
+            except (OSError, EOFError) as exc:
+                failures.append(f"{type(exc).__name__}: {exc}")
+            stop.wait(0.02)
+        pumping.join(10)
+    finally:
+        for session, process_ids in sessions:
+            session.end(process_ids, closed)
+    return latency_note(times, failures,
+                        f"timed from {timed_from:.1f} s; "
+                        f"{len(streams)} streams opened, then {refusal or 'no refusal'}; "
+                        f"{moved[0] / MIB:.0f} MiB received (base64), "
+                        f"{moved[1] / MIB:.0f} MiB written; writes: {tally}")
+
+
 ATTACKS: dict[str, Attack] = {
     "1,100 half-open connections": half_open,
     "wrong tokens, 50 guessers": wrong_tokens,
@@ -1265,7 +1768,12 @@ ATTACKS: dict[str, Attack] = {
     "initialized connections from another address": address_hog,
     "processes left behind, 4 x 256 sleep": processes_left_behind,
     "costly walks, 4 x 250 deny patterns": costly_walks,
+    "proxy hoard, 10 x 100 idle connections": proxy_hoard,
+    "forward flood, every stream pumped": forward_flood,
 }
+# Run at a server of their own, started with --allow-network (the others' servers give their
+# sandboxes no network): the probe and the columns are that server's.
+NETWORK_ATTACKS = ("proxy hoard, 10 x 100 idle connections", "forward flood, every stream pumped")
 
 
 # -- running them ---------------------------------------------------------------------------------
@@ -1350,6 +1858,22 @@ def report(adapter: str, r: Result, base: Baseline) -> None:
         print(f"<!-- probe: {failure[:200]} -->", flush=True)
 
 
+def network_attack(adapter: str, token_file: Path, name: str, seconds: float) -> bool:
+    """Runs an attack of `NETWORK_ATTACKS` at a server of its own, whose sandboxes may have
+    the network (``--allow-network``), and reports it; True if it missed a target."""
+    server = Server(adapter, token_file, "bwrap", allow_network=True)
+    try:
+        base = warm_up(server)
+        r = attack(server, name, seconds)
+        report(adapter, r, base)
+        if not r.survived:
+            print(f"<!-- the server died; its log's end: {server.logged()[-1500:]!r} -->",
+                  flush=True)
+        return missed(r, base)
+    finally:
+        server.stop()
+
+
 def bwrap_runs() -> bool:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
@@ -1384,11 +1908,15 @@ def main() -> int:
         token_file = Path(tmp) / "token"
         token_file.write_text(TOKEN + "\n")
         for adapter in args.adapters.split(","):
-            ADAPTER[0] = adapter
+            ADAPTER[0], SANDBOX_MODE[0] = adapter, sandbox
             server = Server(adapter, token_file, sandbox)
             try:
                 base = warm_up(server)
                 for name in names:
+                    if name in NETWORK_ATTACKS and sandbox == "bwrap":
+                        any_missed = network_attack(adapter, token_file, name,
+                                                    args.seconds) or any_missed
+                        continue
                     r = attack(server, name, args.seconds)
                     any_missed = missed(r, base) or any_missed
                     report(adapter, r, base)

@@ -202,10 +202,12 @@ def test_the_network_ends_with_the_session(world: netns.Namespaces) -> None:
 def test_nothing_is_left_after_a_server_killed(world: netns.Namespaces) -> None:
     before = _holders()
     server = Server("threads", prefix=world.prefix())
-    client = world.inside(world.server, server.client)
-    _dev_server(client, "dev", 3000, "kept")
-    assert _holders() - before
-    server.stop(signal.SIGKILL)
+    try:
+        client = world.inside(world.server, server.client)
+        _dev_server(client, "dev", 3000, "kept")
+        assert _holders() - before
+    finally:
+        server.stop(signal.SIGKILL)  # a failure above must not leave the server running
     _gone(before)
 
 

@@ -85,6 +85,10 @@ class _Token:
     uses: tuple[str, ...]
     network: _netns.Holder | None = None
 
+    def __bool__(self) -> bool:
+        """Whether there is anything to release (a falsy token's finalize runs inline)."""
+        return bool(self.uses) or self.network is not None
+
 
 class Backend(Protocol):
     # What a process that ran with a sandbox reports as `sandboxType`: one of SANDBOX_TYPES,

@@ -4,6 +4,12 @@ codex POSTs every turn to `{base_url}/responses` and reads the answer as server-
 Each request takes the next scripted turn: a list of output items (tool calls, a message), or a
 function of the request body that returns one (when a turn depends on an earlier tool's output).
 Every request body is kept: the tests read what the model was told from them.
+
+With ``approvals_reviewer = "auto_review"`` codex also asks the same provider to review an
+approval (its Guardian: a session of its own, whose request carries the action between
+">>> APPROVAL REQUEST START" and "... END", and whose final message must be strict JSON with an
+`outcome` of "allow" or "deny"). Those requests take the next of the ``reviews`` answers instead
+of a turn, and are kept apart, in `reviews`.
 """
 
 from __future__ import annotations
@@ -42,14 +48,26 @@ def say(text: str) -> Item:
             "content": [{"type": "output_text", "text": text, "annotations": []}]}
 
 
+def verdict(outcome: str, rationale: str = "scripted") -> list[Item]:
+    """The Guardian's answer: `{"outcome": "allow" | "deny", ...}` as its final message."""
+    assessment = {"risk_level": "low" if outcome == "allow" else "high",
+                  "user_authorization": "high", "outcome": outcome, "rationale": rationale}
+    return [say(json.dumps(assessment))]
+
+
+REVIEW_MARK = ">>> APPROVAL REQUEST START"
+
+
 def _event(kind: str, **fields: Any) -> bytes:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode()
 
 
 class FakeModel:
-    def __init__(self, turns: list[Turn]) -> None:
+    def __init__(self, turns: list[Turn], reviews: list[list[Item]] | None = None) -> None:
         self.turns = list(turns)
+        self.verdicts = list(reviews or [])
         self.requests: list[dict[str, Any]] = []
+        self.reviews: list[dict[str, Any]] = []  # the Guardian's requests, in order
         self.strays: list[str] = []  # any other path codex asked for: it should ask for none
         self._lock = threading.Lock()
         self._http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -75,9 +93,15 @@ class FakeModel:
 
     def _answer(self, body: dict[str, Any]) -> bytes:
         with self._lock:
-            self.requests.append(body)
-            number = len(self.requests)
-            turn = self.turns.pop(0) if self.turns else [say("(fake model: script exhausted)")]
+            number = len(self.requests) + len(self.reviews) + 1
+            turn: Turn
+            if REVIEW_MARK in json.dumps(body.get("input")):
+                self.reviews.append(body)
+                turn = (self.verdicts.pop(0) if self.verdicts
+                        else [say("(fake model: no verdict scripted)")])
+            else:
+                self.requests.append(body)
+                turn = self.turns.pop(0) if self.turns else [say("(fake model: script exhausted)")]
         items = turn(body) if callable(turn) else turn
         response = {"id": f"resp_{number}", "status": "in_progress"}
         events = [_event("response.created", response=response)]

@@ -32,7 +32,7 @@ from typing import Any
 
 from certs import Certs, make_certs
 
-from .fake_model import FakeModel, Turn, function_call, patch, say, shell
+from .fake_model import FakeModel, Item, Turn, function_call, patch, say, shell, verdict
 from .proxy import Proxy
 
 TOKEN = "codex-e2e-token-0123456789"
@@ -43,7 +43,7 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1  # from <linux/sockios.
 CONFIG = """\
 model = "gpt-5.5"
 model_provider = "fake"
-approval_policy = "never"
+{approvals}
 check_for_update_on_startup = false
 web_search = "disabled"
 
@@ -169,14 +169,18 @@ class Run:
 
     def codex(self, turns: list[Turn], sandbox: str = "workspace-write",
               url: str | None = None, env: dict[str, str] | None = None,
-              config: str = "", prefix: tuple[str, ...] = ()) -> FakeModel:
+              config: str = "", prefix: tuple[str, ...] = (),
+              approvals: str = 'approval_policy = "never"',
+              reviews: list[list[Item]] | None = None) -> FakeModel:
         """`codex exec` with the scripted model; the exec-server is ``url`` (a fresh server when
-        neither it nor an environments.toml is given). ``env``: more of codex's environment."""
+        neither it nor an environments.toml is given). ``env``: more of codex's environment.
+        ``approvals``: the top-level approval settings; ``reviews``: the Guardian's verdicts."""
         if url is None and not (self.home / "environments.toml").exists():
             url = self.serve().url
         extra = env or {}
-        model = FakeModel(turns)
-        (self.home / "config.toml").write_text(CONFIG.format(base_url=model.base_url) + config)
+        model = FakeModel(turns, reviews)
+        (self.home / "config.toml").write_text(
+            CONFIG.format(base_url=model.base_url, approvals=approvals) + config)
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("CODEX_", "OPENAI_", "RUST_LOG"))
                and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
@@ -409,7 +413,10 @@ class Origin:
         if getattr(self, "server", None) is not None:
             self.server.kill()
             self.server.wait()
-        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
+        # The veth first, at once: a namespace's devices go some time after `netns del`, and
+        # the next scenario's origin0 would find this one still there.
+        for command in (["ip", "link", "del", "origin0"], ["ip", "netns", "del", self.name]):
+            subprocess.run(command, capture_output=True, timeout=30)
 
 
 ORIGIN_SERVER = """
@@ -481,17 +488,19 @@ review_domains = ["review.test"]
 """
 
 
-def with_requirements(root: Path) -> tuple[str, ...]:
+def with_requirements(root: Path, hosts: Path | None = None) -> tuple[str, ...]:
     """A command prefix that runs codex with REQUIREMENTS as /etc/codex/requirements.toml: an
-    overlay on /etc, in a mount namespace of its own, so this machine's /etc is not touched."""
+    overlay on /etc, in a mount namespace of its own, so this machine's /etc is not touched.
+    ``hosts``: an /etc/hosts for codex too (its own policy checks resolve the names)."""
     layer = root / "etc-layer"
     layer.mkdir()
     script = ('mount -t tmpfs tmpfs "$0" && mkdir "$0/up" "$0/work" && '
               'mount -t overlay overlay -o "lowerdir=/etc,upperdir=$0/up,workdir=$0/work" /etc '
               '&& mkdir -p /etc/codex && cat "$1" > /etc/codex/requirements.toml && '
-              'shift && exec "$@"')
+              '{ [ -z "$2" ] || cat "$2" > /etc/hosts; } && shift 2 && exec "$@"')
     (root / "requirements.toml").write_text(REQUIREMENTS)
-    return ("unshare", "-m", "sh", "-c", script, str(layer), str(root / "requirements.toml"))
+    return ("unshare", "-m", "sh", "-c", script, str(layer), str(root / "requirements.toml"),
+            str(hosts or ""))
 
 
 def admin_network(run: Run) -> dict[str, Any]:
@@ -514,11 +523,74 @@ def admin_network(run: Run) -> dict[str, Any]:
         origin.close()
 
 
+def server_messages(stream: bytes) -> list[dict[str, Any]]:
+    """The JSON-RPC messages in what a server sent through a Proxy: each connection's HTTP
+    answer, then websocket frames (a server's are not masked), one message a text frame."""
+    messages: list[dict[str, Any]] = []
+    at = 0
+    while at + 2 <= len(stream):
+        if stream.startswith(b"HTTP/", at):
+            at = stream.index(b"\r\n\r\n", at) + 4
+            continue
+        opcode, length, at = stream[at] & 0x0F, stream[at + 1] & 0x7F, at + 2
+        if length >= 126:
+            size = 2 if length == 126 else 8
+            length, at = int.from_bytes(stream[at:at + size], "big"), at + size
+        payload, at = stream[at:at + length], at + length
+        if len(payload) < length:
+            break  # cut off as the connection closed
+        if opcode == 1:
+            messages.append(json.loads(payload))
+    return messages
+
+
+def reviewed_action(body: dict[str, Any]) -> Any:
+    """The action a Guardian request asks about: the JSON after its last "Network access JSON:"
+    (or "Planned action JSON:"), each a text of its own in the request's input."""
+    texts = [part.get("text", "") for item in body.get("input", []) if item.get("role") == "user"
+             and isinstance(item.get("content"), list) for part in item["content"]]
+    heads = [i for i, text in enumerate(texts)
+             if text in ("Network access JSON:\n", "Planned action JSON:\n")]
+    return json.loads(texts[heads[-1] + 1]) if heads and heads[-1] + 1 < len(texts) else None
+
+
+# Approvals that go to codex's Guardian reviewer (a model request of its own) rather than to a
+# user, whom `codex exec` has not: with managed network requirements, this is what makes codex
+# set `policyDecisionTimeoutMs` and answer the server's `network/policyRequest` (an allowlist
+# miss, or a review domain) with the Guardian's verdict. `never` would deny without asking.
+AUTO_REVIEW = 'approval_policy = "on-request"\napprovals_reviewer = "auto_review"'
+
+
+def review_decider(run: Run) -> dict[str, Any]:
+    """The administrator's review domain, decided by codex: the server asks the client
+    (`network/policyRequest`), codex asks its Guardian, whose verdict is the answer. Allowed
+    once, the request goes through; denied the second time, it is refused."""
+    if shutil.which("ip") is None:
+        return {"skipped": "iproute2 (ip) is not installed"}
+    origin = Origin(run.root)
+    try:
+        run.server_prefix = origin.prefix()
+        proxy = run.serve()
+        model = run.codex([[shell("allowed", "curl -s -m 20 http://review.test/")],
+                           [shell("denied", "curl -s -m 20 http://review.test/")],
+                           [say("done")]], url=proxy.url,
+                          prefix=with_requirements(run.root, origin.hosts), approvals=AUTO_REVIEW,
+                          reviews=[verdict("allow"), verdict("deny", "scripted denial")])
+        sent = server_messages(bytes(proxy.from_server))
+        return {**run.facts(model),
+                "policy_requests": [m for m in sent if m.get("method") == "network/policyRequest"],
+                "decisions": [m["params"] for m in sent
+                              if m.get("method") == "network/policyDecision"],
+                "reviewed": [reviewed_action(body) for body in model.reviews]}
+    finally:
+        origin.close()
+
+
 SCENARIOS: dict[str, Callable[[Run], dict[str, Any]]] = {
     f.__name__: f for f in [shell_exit_code, apply_patch, terminal_stdin, repository_skill,
                             resumed_connection, stdio_transport, bearer_token, tls_bearer_token,
                             wrong_token, read_only, read_only_under_tmp, workspace_write,
-                            managed_network, admin_network, transparent_tcp]
+                            managed_network, admin_network, transparent_tcp, review_decider]
 }
 
 

@@ -278,3 +278,36 @@ def test_transparent_tcp_takes_a_program_that_ignores_the_proxy(runs: Runs, serv
     assert outputs["proxied"].endswith("Output:\nhello from allowed.test"), outputs
     assert outputs["direct"].endswith("Output:\nrefused\n"), outputs
     assert found["socks5_tcp"] == 1, found
+
+
+def test_a_review_domain_is_decided_by_codex_through_its_guardian(runs: Runs, server: str) -> None:
+    """The administrator's review domain with approvals that go to codex's Guardian reviewer
+    (`approval_policy = "on-request"`, `approvals_reviewer = "auto_review"`): codex sets
+    `policyDecisionTimeoutMs`, the server asks it (`network/policyRequest`, a JSON-RPC request)
+    before letting the domain through, and codex answers with the Guardian's verdict, a model
+    request of its own. The first verdict allows and the origin answers; the second denies, the
+    server refuses with `source: "decider"`, and codex tells the model of the rejection."""
+    skipped = runs.report(server, "review_decider").get("facts", {}).get("skipped")
+    if skipped:
+        pytest.skip(skipped)
+    found = facts(runs, server, "review_decider", 3)
+    outputs = found["outputs"]
+    assert ran(outputs["allowed"], 0), outputs
+    assert outputs["allowed"].endswith("Output:\nhello from review.test"), outputs
+    assert "rejected due to unacceptable risk" in outputs["denied"], outputs
+    assert "scripted denial" in outputs["denied"] and "hello" not in outputs["denied"], outputs
+    # One request to the client a command, each with an id of its own (a request, not news).
+    asked = found["policy_requests"]
+    assert [m["params"]["request"] for m in asked] == [
+        {"protocol": "http", "host": "review.test", "port": 80}] * 2, asked
+    assert len({m["id"] for m in asked}) == 2, asked
+    processes = [m["params"]["processId"] for m in asked]
+    assert len(set(processes)) == 2, asked
+    # The Guardian was asked about exactly that access, once for each command.
+    reviewed = [(r["host"], r["port"], r["trigger"]["callId"]) for r in found["reviewed"]]
+    assert reviewed == [("review.test", 80, "allowed"), ("review.test", 80, "denied")], found
+    # Each answer is reported back as the decider's.
+    decisions = [(d["processId"], d["host"], d["decision"], d["source"])
+                 for d in found["decisions"]]
+    assert decisions == [(processes[0], "review.test", "allow", "decider"),
+                         (processes[1], "review.test", "deny", "decider")], found["decisions"]

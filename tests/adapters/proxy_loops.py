@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -103,6 +104,16 @@ class ThreadsThread(LoopThread):
         self.loop.post(end)
         self._thread.join(10)
         self.loop.close()
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 5.0) -> Any:
+    """``check()``'s first true value, polled, or its last one after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
 
 
 def start(adapter: str) -> LoopThread:

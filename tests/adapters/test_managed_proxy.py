@@ -16,6 +16,7 @@ import http.server
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -259,7 +260,8 @@ def test_without_a_sandbox_the_variables_are_advice(
 
 
 def _holders() -> set[str]:
-    found = subprocess.run(["pgrep", "-f", "-I -S -c .*network namespace the server keeps"],
+    # The holders (`_hold`), by their source's first line; "--", as the pattern starts with -.
+    found = subprocess.run(["pgrep", "-f", "--", "-I -S -c .*network namespace the server keeps"],
                            capture_output=True, text=True, timeout=10)
     return set(found.stdout.split())
 
@@ -406,3 +408,29 @@ def test_the_capabilities_say_what_is_launched(
     transparent = (os.geteuid() == 0 and shutil.which("nft", path="/usr/sbin:/usr/bin:/sbin:/bin")
                    is not None and shutil.which("nsenter") is not None)
     assert capabilities["networkProxyTransparentTcp"] is transparent, capabilities
+
+
+def test_nothing_is_left_of_a_proxy_when_the_server_is_killed(
+        world: tuple[netns.Namespaces, tuple[str, ...], str]) -> None:
+    """A server SIGKILLed while a process behind its proxy runs: the process's private network
+    (its holder) goes with it, and the process too."""
+    spaces, prefix, _ = world
+    before = _holders()
+    server = Server("threads", prefix=prefix)
+    try:
+        client = spaces.inside(spaces.server, server.client)
+        reply = start(client, "k", ["sh", "-c", "echo up; exec sleep 60"], sandbox=SANDBOX,
+                      enforceManagedNetwork=True, networkProxy={"proxy": PROXY},
+                      env={"PATH": "/usr/bin:/bin"})
+        assert "result" in reply, reply
+        client.notification(lambda m: m.get("method") == "process/output", timeout=30)
+        assert _holders() - before, "no private network was made"
+    finally:
+        server.stop(signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _holders() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _holders() - before
+    sleeping = subprocess.run(["pgrep", "-f", "exec sleep 60"], capture_output=True, text=True,
+                              timeout=10).stdout.split()
+    assert not sleeping, sleeping

@@ -21,7 +21,7 @@ import pytest
 
 from execproto.adapters._proxy import Limits, ProxyRoom
 
-from .proxy_loops import ADAPTERS, LoopThread, start
+from .proxy_loops import ADAPTERS, LoopThread, start, wait_for
 from .proxy_peers import (
     REFUSAL_BODY,
     SOCKS_REFUSED,
@@ -42,15 +42,6 @@ from .proxy_peers import (
 LIMITS = Limits(request_timeout=3.0, connect_timeout=2.0, lookup_timeout=2.0, linger=1.0)
 MB = 1 << 20
 SMALL_BUFFER = 64 << 10  # kernel buffers of the sockets a test controls, so the room's show
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
 
 
 @pytest.fixture(params=ADAPTERS)

@@ -17,7 +17,6 @@ import socket
 import struct
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,7 +25,7 @@ import pytest
 from execproto.adapters._proxy import Limits, ProxyRoom
 from execproto.adapters._proxy._dns import Names, respond
 
-from .proxy_loops import ADAPTERS, LoopThread, start
+from .proxy_loops import ADAPTERS, LoopThread, start, wait_for
 from .proxy_peers import Policy, TcpOrigin, echo, fds, pattern, recv_exactly, source
 
 LIMITS = Limits(request_timeout=3.0, connect_timeout=2.0, lookup_timeout=2.0, linger=1.0)
@@ -34,15 +33,6 @@ MB = 1 << 20
 A, AAAA, MX, OPT = 1, 28, 15, 41
 NOERROR, FORMERR, NOTIMP, REFUSED = 0, 1, 4, 5
 CLONE_NEWNET = 0x40000000
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
 
 
 @pytest.fixture(params=ADAPTERS)

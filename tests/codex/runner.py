@@ -15,6 +15,7 @@ the error instead, and the others still run.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -436,46 +437,49 @@ server.serve_forever()
 """
 
 
-def managed_network(run: Run) -> dict[str, Any]:
+def with_origin(scenario: Callable[[Run, Origin, Proxy], dict[str, Any]]
+                ) -> Callable[[Run], dict[str, Any]]:
+    """A scenario with a test host (`Origin`) whose names the server resolves, and the server
+    to run it against; skipped where iproute2 is missing."""
+    @functools.wraps(scenario)
+    def run_with(run: Run) -> dict[str, Any]:
+        if shutil.which("ip") is None:
+            return {"skipped": "iproute2 (ip) is not installed"}
+        origin = Origin(run.root)
+        try:
+            run.server_prefix = origin.prefix()
+            return scenario(run, origin, run.serve())
+        finally:
+            origin.close()
+    return run_with
+
+
+@with_origin
+def managed_network(run: Run, origin: Origin, proxy: Proxy) -> dict[str, Any]:
     """The user's `[features.network_proxy]`: codex sends `networkProxy` with every start and
     runs nothing on an executor that does not announce `networkProxyLaunch`."""
-    if shutil.which("ip") is None:
-        return {"skipped": "iproute2 (ip) is not installed"}
-    origin = Origin(run.root)
-    try:
-        run.server_prefix = origin.prefix()
-        proxy = run.serve()
-        model = run.codex([[shell("allowed", "curl -s -m 10 http://allowed.test/")],
-                           [shell("blocked", "curl -s -m 10 http://blocked.test/")],
-                           [shell("direct", f"curl -s -m 5 --noproxy '*' http://{ORIGIN}/ "
-                                            "|| echo unreachable")],
-                           [say("done")]], url=proxy.url, config=MANAGED_NETWORK)
-        told = bytes(proxy.from_server).decode("utf-8", "replace")
-        return {**run.facts(model), "decisions": told.count('"network/policyDecision"')}
-    finally:
-        origin.close()
+    model = run.codex([[shell("allowed", "curl -s -m 10 http://allowed.test/")],
+                       [shell("blocked", "curl -s -m 10 http://blocked.test/")],
+                       [shell("direct", f"curl -s -m 5 --noproxy '*' http://{ORIGIN}/ "
+                                        "|| echo unreachable")],
+                       [say("done")]], url=proxy.url, config=MANAGED_NETWORK)
+    told = bytes(proxy.from_server).decode("utf-8", "replace")
+    return {**run.facts(model), "decisions": told.count('"network/policyDecision"')}
 
 
-def transparent_tcp(run: Run) -> dict[str, Any]:
+@with_origin
+def transparent_tcp(run: Run, origin: Origin, proxy: Proxy) -> dict[str, Any]:
     """`transparent_tcp = true`: codex runs nothing on an executor that does not announce
     `networkProxyTransparentTcp`; a program that ignores the proxy's variables still goes
     through its policy (an address not allowlisted is refused)."""
-    if shutil.which("ip") is None:
-        return {"skipped": "iproute2 (ip) is not installed"}
-    origin = Origin(run.root)
-    try:
-        run.server_prefix = origin.prefix()
-        proxy = run.serve()
-        config = MANAGED_NETWORK + "transparent_tcp = true\n"
-        model = run.codex([[shell("proxied", "curl -s -m 10 http://allowed.test/")],
-                           [shell("direct", f"curl -s -m 5 --noproxy '*' http://{ORIGIN}/ "
-                                            "|| echo refused")],
-                           [say("done")]], url=proxy.url, config=config)
-        told = bytes(proxy.from_server).decode("utf-8", "replace")
-        return {**run.facts(model), "socks5_tcp": told.count('"socks5_tcp"'),
-                "transparent": '"networkProxyTransparentTcp":true' in told}
-    finally:
-        origin.close()
+    config = MANAGED_NETWORK + "transparent_tcp = true\n"
+    model = run.codex([[shell("proxied", "curl -s -m 10 http://allowed.test/")],
+                       [shell("direct", f"curl -s -m 5 --noproxy '*' http://{ORIGIN}/ "
+                                        "|| echo refused")],
+                       [say("done")]], url=proxy.url, config=config)
+    told = bytes(proxy.from_server).decode("utf-8", "replace")
+    return {**run.facts(model), "socks5_tcp": told.count('"socks5_tcp"'),
+            "transparent": '"networkProxyTransparentTcp":true' in told}
 
 
 # An administrator's managed network, on the client's host: it applies with the network off.
@@ -503,24 +507,17 @@ def with_requirements(root: Path, hosts: Path | None = None) -> tuple[str, ...]:
             str(hosts or ""))
 
 
-def admin_network(run: Run) -> dict[str, Any]:
+@with_origin
+def admin_network(run: Run, origin: Origin, proxy: Proxy) -> dict[str, Any]:
     """An administrator's `[experimental_network]` with review domains: codex sends the proxy
     with the network off, and runs nothing on an executor that does not announce
     `networkProxyReviewDomains`. With no decider, a review domain is refused."""
-    if shutil.which("ip") is None:
-        return {"skipped": "iproute2 (ip) is not installed"}
-    origin = Origin(run.root)
-    try:
-        run.server_prefix = origin.prefix()
-        proxy = run.serve()
-        model = run.codex([[shell("allowed", "curl -s -m 10 http://allowed.test/")],
-                           [shell("blocked", "curl -s -m 10 http://blocked.test/")],
-                           [shell("review", "curl -s -m 10 http://review.test/")],
-                           [say("done")]], url=proxy.url, prefix=with_requirements(run.root))
-        told = bytes(proxy.from_server).decode("utf-8", "replace")
-        return {**run.facts(model), "decisions": told.count('"network/policyDecision"')}
-    finally:
-        origin.close()
+    model = run.codex([[shell("allowed", "curl -s -m 10 http://allowed.test/")],
+                       [shell("blocked", "curl -s -m 10 http://blocked.test/")],
+                       [shell("review", "curl -s -m 10 http://review.test/")],
+                       [say("done")]], url=proxy.url, prefix=with_requirements(run.root))
+    told = bytes(proxy.from_server).decode("utf-8", "replace")
+    return {**run.facts(model), "decisions": told.count('"network/policyDecision"')}
 
 
 def server_messages(stream: bytes) -> list[dict[str, Any]]:
@@ -561,29 +558,22 @@ def reviewed_action(body: dict[str, Any]) -> Any:
 AUTO_REVIEW = 'approval_policy = "on-request"\napprovals_reviewer = "auto_review"'
 
 
-def review_decider(run: Run) -> dict[str, Any]:
+@with_origin
+def review_decider(run: Run, origin: Origin, proxy: Proxy) -> dict[str, Any]:
     """The administrator's review domain, decided by codex: the server asks the client
     (`network/policyRequest`), codex asks its Guardian, whose verdict is the answer. Allowed
     once, the request goes through; denied the second time, it is refused."""
-    if shutil.which("ip") is None:
-        return {"skipped": "iproute2 (ip) is not installed"}
-    origin = Origin(run.root)
-    try:
-        run.server_prefix = origin.prefix()
-        proxy = run.serve()
-        model = run.codex([[shell("allowed", "curl -s -m 20 http://review.test/")],
-                           [shell("denied", "curl -s -m 20 http://review.test/")],
-                           [say("done")]], url=proxy.url,
-                          prefix=with_requirements(run.root, origin.hosts), approvals=AUTO_REVIEW,
-                          reviews=[verdict("allow"), verdict("deny", "scripted denial")])
-        sent = server_messages(bytes(proxy.from_server))
-        return {**run.facts(model),
-                "policy_requests": [m for m in sent if m.get("method") == "network/policyRequest"],
-                "decisions": [m["params"] for m in sent
-                              if m.get("method") == "network/policyDecision"],
-                "reviewed": [reviewed_action(body) for body in model.reviews]}
-    finally:
-        origin.close()
+    model = run.codex([[shell("allowed", "curl -s -m 20 http://review.test/")],
+                       [shell("denied", "curl -s -m 20 http://review.test/")],
+                       [say("done")]], url=proxy.url,
+                      prefix=with_requirements(run.root, origin.hosts), approvals=AUTO_REVIEW,
+                      reviews=[verdict("allow"), verdict("deny", "scripted denial")])
+    sent = server_messages(bytes(proxy.from_server))
+    return {**run.facts(model),
+            "policy_requests": [m for m in sent if m.get("method") == "network/policyRequest"],
+            "decisions": [m["params"] for m in sent
+                          if m.get("method") == "network/policyDecision"],
+            "reviewed": [reviewed_action(body) for body in model.reviews]}
 
 
 SCENARIOS: dict[str, Callable[[Run], dict[str, Any]]] = {

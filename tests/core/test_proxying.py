@@ -235,3 +235,19 @@ def test_transparent_tcp_needs_the_socks5_proxy() -> None:
     _, response = _transparent(proxy, announced=True)
     assert response["error"] == {"code": -32602, "message": "invalid network proxy config: "
                                  "transparent_tcp requires an enabled managed SOCKS5 proxy"}
+
+
+def test_a_client_that_reads_nothing_is_told_nothing_yet_each_connection_is_answered() -> None:
+    """A sandbox asking in a loop must not fill a connection that is not reading: while it is
+    blocked the decisions are not told, and every question is still answered."""
+    from execproto import SendBlocked, SendDrained
+    h, proc, _ = launched(sandbox=network())
+    assert proc is not None
+    h.feed(SendBlocked(conn=1))
+    answers = [a for i in range(50) for a in ask(h, proc, DENIED, i)
+               if isinstance(a, AnswerProxy)]
+    assert len(answers) == 50 and not any(a.allow for a in answers)
+    assert decisions(h) == []
+    h.feed(SendDrained(conn=1))
+    ask(h, proc, ALLOWED, 99)
+    assert [d["host"] for d in decisions(h)] == ["example.com"]

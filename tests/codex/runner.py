@@ -1,6 +1,6 @@
 """Runs the real `codex exec` against an exec-server with a scripted model, and says what happened.
 
-    python -m codex.runner CODEX SERVER BASE [SCENARIO...]      (from the tests directory)
+    python -m codex CODEX SERVER BASE [SCENARIO...]      (from the tests directory)
 
 SERVER is an execproto adapter (asyncio, trio, threads) or `reference` (`codex exec-server`
 itself, to prove the scenarios right). BASE is a directory outside /tmp for CODEX_HOMEs and
@@ -9,7 +9,8 @@ where only loopback exists, so codex, the model and the server cannot reach anyt
 
 Each scenario prints one JSON line: its name and its facts (the tool outputs the model received,
 files, what the server answered), for test_codex.py to judge. A scenario that raises reports
-the error instead, and the others still run.
+the error instead, and the others still run. The scenarios are this module's and those of every
+`scenarios_*.py` beside it (__main__.py gathers them), so each capability keeps its own file.
 """
 
 from __future__ import annotations
@@ -596,20 +597,18 @@ def loopback_only() -> None:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
 
 
-def main(codex: str, server: str, base: str, *names: str) -> None:
+def main(scenarios: dict[str, Callable[[Run], dict[str, Any]]], codex: str, server: str,
+         base: str, *names: str) -> None:
     loopback_only()
-    for name in names or SCENARIOS:
+    for name in names or scenarios:
         started = time.monotonic()
         run = Run(codex, server, Path(base), name)
         report: dict[str, Any] = {"name": name}
         try:
-            report["facts"] = SCENARIOS[name](run)
+            report["facts"] = scenarios[name](run)
         except Exception:
             report["error"] = traceback.format_exc()
         report["logs"] = run.close()
         report["seconds"] = round(time.monotonic() - started, 2)
         print(json.dumps(report), flush=True)
 
-
-if __name__ == "__main__":
-    main(*sys.argv[1:])

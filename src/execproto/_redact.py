@@ -72,20 +72,22 @@ def secret_header(name: str) -> bool:
 
 def _header(match: re.Match[bytes]) -> bytes:
     """A secret header's value as filler of as many characters as it has once decoded, so the
-    header a replayed core copies is the filler the recorded action has."""
+    header a replayed core copies is the filler the recorded action has. (A variable of the
+    server's that a header goes on with, ``valueEnvVar``, is in no frame or action: only its
+    name is.)"""
     whole = match.group(0)
     fields = {field.group(1): field for field in _FIELD.finditer(whole)}
     if b"name" not in fields or b"value" not in fields:
         return whole
     try:
         shown = json.loads(b'"' + fields[b"name"].group(2) + b'"')
-        length = len(json.loads(b'"' + fields[b"value"].group(2) + b'"'))
+        value = json.loads(b'"' + fields[b"value"].group(2) + b'"')
     except ValueError:
         return whole  # not JSON: the core refuses it, and says why
     if not isinstance(shown, str) or not secret_header(shown):
         return whole
     start, end = fields[b"value"].span(2)
-    return whole[:start] + FILLER * length + whole[end:]
+    return whole[:start] + json.dumps(_hidden(value))[1:-1].encode() + whole[end:]
 
 
 def _headers(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
@@ -177,5 +179,11 @@ class Redactor:
         return spawn_filler(value) if isinstance(value, Spawn) else redact(value)
 
 
+# Control characters stay where they are in a hidden value: whether a header value is valid
+# depends on them (the core refuses one with a line break), and a replay must decide as the
+# recording did. That they were there says next to nothing about a secret.
+_SHOWN = re.compile(r"[^\x00-\x08\x0a-\x1f\x7f]")
+
+
 def _hidden(text: str) -> str:
-    return FILLER.decode() * len(text)
+    return _SHOWN.sub(FILLER.decode(), text)

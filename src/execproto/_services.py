@@ -109,18 +109,70 @@ def _redirect(value: Any) -> str:
     return value
 
 
-def _headers(value: Any) -> tuple[tuple[str, str], ...]:
+# A header: its name, its value as sent, and the server's variable its value goes on with.
+Header = tuple[str, str, str | None]
+
+
+def _headers(value: Any) -> tuple[Header, ...]:
     if not isinstance(value, list):
         raise wrong_type(value, "a sequence")
     out = []
     for item in value:
         header = Fields(item, "HttpHeader")
-        out.append((header.text("name"), header.text("value")))
+        out.append((header.text("name"), header.text("value"),
+                    header.optional("valueEnvVar", text)))
     return tuple(out)
 
 
-def parse_http(raw: Any) -> tuple[str, HttpRequest]:
-    """Validate ``http/request`` params into (requestId, request)."""
+# Variables no header may take its value from, whatever the server's environment holds: the
+# server's own credentials (model keys, cloud identities), as the reference (0.171.0, probed)
+# refuses them. Compared case-insensitively.
+HEADER_ENV_DENYLIST = frozenset(name.lower() for name in (
+    "CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN", "OPENAI_FEDERATION_RULE_ID",
+    "OPENAI_IDENTITY_TOKEN_FILE", "OPENAI_WORKLOAD_IDENTITY_CONTEXT", "OPENAI_API_KEY",
+    "CODEX_API_KEY", "CODEX_ACCESS_TOKEN", "CODEX_CONNECTORS_TOKEN",
+    "CODEX_GUARDIAN_DECISIONS_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN", "AZURE_CLIENT_SECRET", "AZURE_FEDERATED_TOKEN_FILE",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+))
+# What a header value may hold, as the reference's HTTP library has it: visible ASCII, space,
+# tab and any non-ASCII character; no other control character.
+_VALUE = re.compile(r"[\t\x20-\x7e\x80-\U0010ffff]*")
+
+
+def header_values(headers: tuple[Header, ...], env: dict[str, str]
+                  ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[int, str], ...]]:
+    """The headers to send, and which of them go on with a variable of ``env`` (the server's
+    own environment); each header checked in order as the reference checks it: the name, then
+    the variable (allowed, set, non-empty), then the whole value."""
+    sent, env_values = [], []
+    for index, (name, value, variable) in enumerate(headers):
+        if not _TOKEN.fullmatch(name):
+            raise invalid_params("http/request header name is invalid: invalid HTTP header name")
+        whole = value
+        if variable is not None:
+            if variable.lower() in HEADER_ENV_DENYLIST:
+                raise invalid_params(f"http/request header {name} cannot use executor "
+                                     f"environment variable {variable}")
+            found = env.get(variable)
+            if found is None:
+                raise invalid_params(f"http/request header {name} requires executor "
+                                     f"environment variable {variable}")
+            if not found:
+                raise invalid_params(f"http/request header {name} requires a non-empty "
+                                     f"executor environment variable {variable}")
+            whole += found
+            env_values.append((index, variable))
+        if not _VALUE.fullmatch(whole):
+            raise invalid_params(f"http/request header value is invalid for {name}: "
+                                 "failed to parse header value")
+        sent.append((name, value))
+    return tuple(sent), tuple(env_values)
+
+
+def parse_http(raw: Any) -> tuple[str, HttpRequest, tuple[Header, ...]]:
+    """Validate ``http/request`` params into (requestId, request, headers as asked). The
+    request's headers are set by `header_values`, which needs the server's environment."""
     f = Fields(raw, "HttpRequestParams")
     method = f.text("method")
     url = f.text("url")
@@ -144,13 +196,13 @@ def parse_http(raw: Any) -> tuple[str, HttpRequest]:
     request = HttpRequest(
         method=method,
         url=url,
-        headers=headers,
+        headers=(),
         body=body,
         timeout_ms=timeout_ms,
         stream_response=stream,
         follow_redirects=redirect == "follow",
     )
-    return request_id, request
+    return request_id, request, headers
 
 
 class _Op:
@@ -241,9 +293,12 @@ class ServiceHandlers(CoreState):
     # -- http -----------------------------------------------------------------------------------
 
     def _http_run(
-        self, c: Connection, session: Session, msg_id: Id, parsed: tuple[str, HttpRequest]
+        self, c: Connection, session: Session, msg_id: Id,
+        parsed: tuple[str, HttpRequest, tuple[Header, ...]]
     ) -> None:
-        request_id, request = parsed
+        request_id, request, asked = parsed
+        headers, env_values = header_values(asked, self.host.env)
+        request = attrs.evolve(request, headers=headers, env_values=env_values)
         # The call has no sandbox of its own (the reference's params carry none): the effective
         # policy is the operator's floor. Without network there, the server's own sockets must
         # not become the way out (the host's loopback included).

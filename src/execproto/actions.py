@@ -294,6 +294,11 @@ class HttpRequest:
     timeout_ms: int | None
     stream_response: bool
     follow_redirects: bool
+    # Headers whose value goes on with a variable of the server's own environment (the
+    # request's ``valueEnvVar``): (index into ``headers``, variable). The core has checked that
+    # the variable is allowed, set and non-empty, and that the whole value is a valid header
+    # value; the adapter reads it when it sends, so the secret is in no action or trace.
+    env_values: tuple[tuple[int, str], ...] = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -69,10 +69,11 @@ def fetch(request: HttpRequest, cancelled: threading.Event) -> tuple[Head, Itera
     """
     deadline = None if request.timeout_ms is None else time.monotonic() + request.timeout_ms / 1000
     method, url, body = request.method, request.url, request.body
+    headers = sent_headers(request)
     for _ in range(MAX_REDIRECTS + 1):
         exchange = _Exchange(url, deadline, cancelled)
         try:
-            head = exchange.send(method, request.headers, body)
+            head = exchange.send(method, headers, body)
         except BaseException:
             exchange.close()
             raise
@@ -85,6 +86,17 @@ def fetch(request: HttpRequest, cancelled: threading.Event) -> tuple[Head, Itera
             continue
         return head, exchange.body()
     raise HttpFailure(f"more than {MAX_REDIRECTS} redirects")
+
+
+def sent_headers(request: HttpRequest) -> tuple[tuple[str, bytes], ...]:
+    """The request's headers as they go out: each value with the server's variable it goes on
+    with (the core checked it is set and valid), as UTF-8, without the spaces around it, which
+    are not part of a value (RFC 9110, 5.5) and which h11 refuses to send."""
+    values = [value for _, value in request.headers]
+    for index, variable in request.env_values:
+        values[index] += os.environ.get(variable, "")
+    return tuple((name, value.encode("utf-8", "surrogateescape").strip(b" \t"))
+                 for (name, _), value in zip(request.headers, values, strict=True))
 
 
 class _Exchange:
@@ -199,16 +211,18 @@ class _Exchange:
     def _recv(self) -> bytes:
         return self._in_slices(self._sock, partial(self._sock.recv, 1 << 16))
 
-    def send(self, method: str, headers: tuple[tuple[str, str], ...], body: bytes | None) -> Head:
+    def send(self, method: str, headers: tuple[tuple[str, bytes], ...],
+             body: bytes | None) -> Head:
         parts = self._parts
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         names = {name.lower() for name, _ in headers}
-        head = [] if "host" in names else [("Host", parts.netloc.rsplit("@", 1)[-1])]
-        head += list(headers)
+        host = parts.netloc.rsplit("@", 1)[-1].encode("ascii")
+        head = [] if "host" in names else [(b"Host", host)]
+        head += [(name.encode("ascii"), value) for name, value in headers]
         if body is not None and "content-length" not in names and "transfer-encoding" not in names:
-            head.append(("Content-Length", str(len(body))))
+            head.append((b"Content-Length", b"%d" % len(body)))
         if "connection" not in names:
-            head.append(("Connection", "close"))
+            head.append((b"Connection", b"close"))
         try:
             self._write(self._conn.send(h11.Request(method=method, target=target, headers=head)))
             if body:

@@ -31,7 +31,7 @@ _CAPABILITIES = {
     "fsWatchMissing": True,  # fs/watchMissing and fs/missingChanged
     "capabilityDiscoveryV2": True,  # capabilities/discoverV2 (skills of $CODEX_HOME/skills)
     "environmentConfigRead": True,  # environmentConfig/read
-    "httpHeaderEnvVars": False,  # http/request headers taking values from the environment
+    "httpHeaderEnvVars": True,  # http/request headers taking values from the environment
     "sandboxedFileStreaming": False,  # fs/open streams run inside the platform sandbox
     "fileWriteStreaming": True,  # fs/open mode "replace" and fs/writeBlock
     "shellSnapshotV2": False,  # process/start's shellSnapshot

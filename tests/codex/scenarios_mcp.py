@@ -72,15 +72,25 @@ class Mcp(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def executor_token(run: Run) -> dict[str, Any]:
+def _mcp() -> tuple[http.server.ThreadingHTTPServer, type[Mcp]]:
     handler = type("Handler", (Mcp,), {"tokens": [], "methods": []})
     mcp = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=mcp.serve_forever, daemon=True).start()
+    return mcp, handler
+
+
+def _server_config(mcp: http.server.ThreadingHTTPServer, where: str) -> str:
+    url = f"http://127.0.0.1:{mcp.server_port}/mcp"
+    return f'\n[mcp_servers.tok]\nurl = {toml(url)}\nbearer_token_env_var = "MCP_TOK"\n{where}'
+
+
+def executor_token(run: Run) -> dict[str, Any]:
+    """The client's own `[mcp_servers.tok]`, to be reached from the executor."""
+    mcp, handler = _mcp()
     own = run.server_env
     run.server_env = lambda: {**own(), "MCP_TOK": EXECUTOR_TOKEN}  # type: ignore[method-assign]
-    config = (f'\n[mcp_servers.tok]\nurl = {toml(f"http://127.0.0.1:{mcp.server_port}/mcp")}\n'
-              'bearer_token_env_var = "MCP_TOK"\nenvironment_id = "remote"\n')
     try:
+        config = _server_config(mcp, 'environment_id = "remote"\n')
         model = run.codex([[say("done")]], config=config, env={"MCP_TOK": CLIENT_TOKEN})
     finally:
         mcp.shutdown()
@@ -88,4 +98,24 @@ def executor_token(run: Run) -> dict[str, Any]:
     return {**run.facts(model), "tokens": handler.tokens, "methods": handler.methods}
 
 
-SCENARIOS = {"mcp_executor_token": executor_token}
+def executor_config(run: Run) -> dict[str, Any]:
+    """An MCP server in the executor's own `$CODEX_HOME/config.toml`, which codex reads through
+    `environmentConfig/read`: without `httpHeaderEnvVars` codex drops one with a token."""
+    mcp, handler = _mcp()
+    own = run.server_env
+
+    def server_env() -> dict[str, str]:
+        env = {**own(), "MCP_TOK": EXECUTOR_TOKEN}
+        (run.root / "server-home" / "config.toml").write_text(_server_config(mcp, ""))
+        return env
+
+    run.server_env = server_env  # type: ignore[method-assign]
+    try:
+        model = run.codex([[say("done")]], env={"MCP_TOK": CLIENT_TOKEN})
+    finally:
+        mcp.shutdown()
+        mcp.server_close()
+    return {**run.facts(model), "tokens": handler.tokens, "methods": handler.methods}
+
+
+SCENARIOS = {"mcp_executor_token": executor_token, "mcp_executor_config": executor_config}

@@ -20,3 +20,13 @@ def test_an_mcp_server_gets_the_executors_token(runs: Runs, server: str) -> None
     assert "tools/list" in found["methods"], found
     assert set(found["tokens"]) == {f"Bearer {EXECUTOR_TOKEN}"}, found["tokens"]
     assert not any(CLIENT_TOKEN in token for token in found["tokens"])
+
+
+def test_an_mcp_server_in_the_executors_config_is_kept_and_gets_its_token(
+        runs: Runs, server: str) -> None:
+    """An HTTP MCP server with a token in the executor's own config.toml (read by codex through
+    `environmentConfig/read`): codex drops it unless the executor announces
+    `httpHeaderEnvVars`; kept, it is reached with the executor's token."""
+    found = facts(runs, server, "mcp_executor_config", 1)
+    assert "tools/list" in found["methods"], found
+    assert set(found["tokens"]) == {f"Bearer {EXECUTOR_TOKEN}"}, found["tokens"]

@@ -49,9 +49,21 @@ def not_found() -> SpawnError:
     return _spawn_error(OSError(errno.ENOENT, ""))
 
 
+# The reference is built with musl, whose words differ from glibc's for these errors.
+_MUSL_WORDS = {
+    errno.ELOOP: "Symbolic link loop", errno.ENAMETOOLONG: "Filename too long",
+    errno.EIO: "I/O error", errno.EBUSY: "Resource busy", errno.ESPIPE: "Invalid seek",
+    errno.EXDEV: "Cross-device link", errno.EOVERFLOW: "Value too large for data type",
+    errno.EMFILE: "No file descriptors available", errno.ENOTTY: "Not a tty",
+    errno.ENOMEM: "Out of memory", errno.EDQUOT: "Quota exceeded",
+    errno.ENOTSUP: "Not supported", errno.EDEADLK: "Resource deadlock would occur",
+}
+
+
 def os_error_text(exc: OSError) -> str:
     """An OS error as the reference words it: "No such file or directory (os error 2)"."""
-    return f"{os.strerror(exc.errno or 0)} (os error {exc.errno})"
+    code = exc.errno or 0
+    return f"{_MUSL_WORDS.get(code) or os.strerror(code)} (os error {exc.errno})"
 
 
 def _spawn_error(exc: OSError) -> SpawnError:

@@ -93,6 +93,23 @@ LOCAL_NO_PROXY = "localhost,127.0.0.1,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/1
 
 
 
+Auth = Literal["bearer", "token", "basic", "header"]
+
+
+@attrs.frozen(kw_only=True)
+class ProviderConfig:
+    """One entry of ``credentialProviders`` as sent (`_credentials` checks and applies it)."""
+
+    name: str
+    env: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    url_prefixes: tuple[str, ...] = ()
+    url_prefix_from_env: str | None = None
+    auth: tuple[Auth, ...] = ()
+    header: str | None = None
+    prefix: str | None = None
+
+
 # -- configuration ------------------------------------------------------------------------------
 
 @attrs.frozen(kw_only=True)
@@ -111,6 +128,10 @@ class ProxyConfig:
     unix_sockets: Any = None  # as sent (validated): {path: "allow" | "deny" | {"allow": null}}
     review_domains: tuple[str, ...] = ()
     transparent_tcp: bool = False
+    # Credential masking (`_credentials`): the proxy brokers the child's credentials, with the
+    # client's own providers beside the built-in ones.
+    credential_masking: bool = False
+    credential_providers: tuple[ProviderConfig, ...] = ()
 
     def patterns(self, permission: str) -> tuple[str, ...]:
         return tuple(pattern for pattern, given in self.domains if given == permission)

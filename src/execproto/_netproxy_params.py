@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ._credentials import AUTHS, ProviderConfig
 from ._errors import invalid_params
 from ._fields import wrong_type
 from ._jsonrpc import describe
@@ -39,6 +40,13 @@ def _unexpected(value: Any) -> str:
 def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise wrong_type(value, "a boolean")
+    return value
+
+
+def _precise_flag(value: Any) -> bool:
+    """A boolean whose wrong value is named as the reference names it here (``integer `1```)."""
+    if not isinstance(value, bool):
+        raise invalid_params(f"invalid type: {_unexpected(value)}, expected a boolean")
     return value
 
 
@@ -153,6 +161,52 @@ def _audit_metadata(value: Any) -> Any:
     return value
 
 
+_auth = _unit_enum(AUTHS, describe)
+_PROVIDER_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "env": _texts,
+    "patterns": _texts,
+    "url_prefixes": _texts,
+    "url_prefix_from_env": _text,
+    "auth": lambda value: tuple(_auth(item) for item in _sequence(value)),
+    "header": _text,
+    "prefix": _text,
+}
+_PROVIDER_OPTIONAL = ("url_prefix_from_env", "header", "prefix")
+
+
+def _sequence(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise wrong_type(value, "a sequence")
+    return value
+
+
+def _provider(name: str, value: Any) -> ProviderConfig:
+    """One ``credentialProviders`` entry: serde's struct with unknown fields refused (the
+    first, in the order sent), every field optional; an array is read field by field."""
+    if isinstance(value, list):
+        fields = list(_PROVIDER_FIELDS)
+        if len(value) > len(fields):
+            raise invalid_params(f"invalid length {len(value)}, expected fewer elements in array")
+        value = dict(zip(fields, value, strict=False))
+    elif not isinstance(value, dict):
+        raise wrong_type(value, "struct CredentialProviderConfig")
+    read: dict[str, Any] = {}
+    for field, item in value.items():
+        convert = _PROVIDER_FIELDS.get(field)
+        if convert is None:
+            expected = ", ".join(f"`{known}`" for known in _PROVIDER_FIELDS)
+            raise invalid_params(f"unknown field `{field}`, expected one of {expected}")
+        read[field] = None if item is None and field in _PROVIDER_OPTIONAL else convert(item)
+    return ProviderConfig(name=name, **read)
+
+
+def _providers(value: Any) -> tuple[ProviderConfig, ...]:
+    """``credentialProviders``: a map from a provider's name to its config (null refused)."""
+    if not isinstance(value, dict):
+        raise wrong_type(value, "a map")
+    return tuple(_provider(name, item) for name, item in value.items())
+
+
 _PROXY_FIELDS: dict[str, Callable[[Any], Any]] = {
     "enabled": _flag,
     "enableSocks5": _flag,
@@ -165,6 +219,8 @@ _PROXY_FIELDS: dict[str, Callable[[Any], Any]] = {
     "allowLocalBinding": _flag,
     "reviewDomains": _texts,
     "transparentTcp": _flag,
+    "credentialMasking": _precise_flag,
+    "credentialProviders": _providers,
 }
 _PROXY_REQUIRED = ("enabled", "enableSocks5", "enableSocks5Udp", "allowUpstreamProxy",
                    "dangerouslyAllowAllUnixSockets", "mode", "allowLocalBinding")
@@ -185,6 +241,8 @@ def _proxy(value: Any) -> ProxyConfig:
         unix_sockets=read.get("unixSockets"),
         review_domains=read.get("reviewDomains", ()),
         transparent_tcp=read.get("transparentTcp", False),
+        credential_masking=read.get("credentialMasking", False),
+        credential_providers=read.get("credentialProviders", ()),
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from . import _netproxy, _policy, actions, events
+from . import _netproxy, _policy, _snapshot, actions, events
 from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError
 from ._redact import Redactor, spawn_filler
@@ -35,7 +35,7 @@ VERSION = 1
 
 _TYPES: dict[str, type] = {
     cls.__name__: cls
-    for module in (events, actions, _policy, _netproxy)
+    for module in (events, actions, _policy, _netproxy, _snapshot)
     for cls in vars(module).values()
     if isinstance(cls, type) and attrs.has(cls)
 }

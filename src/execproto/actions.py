@@ -14,6 +14,7 @@ import attrs
 
 from ._netproxy import ProxyConfig
 from ._policy import Policy
+from ._snapshot import ShellSnapshot
 
 __all__ = [
     "ACTION_TYPES",
@@ -103,6 +104,10 @@ class SpawnSpec:
     # namespace of its own with nothing but loopback and the listeners. Without one, the
     # variables are advice, as the reference's are.
     proxy: ProxyConfig | None = None
+    # Run from the shell snapshot of its scope (``shellSnapshot``): the adapter captures the
+    # login shell's state once per `ShellSnapshot.key`, under this same sandbox, and runs the
+    # command from it without the profile (`execproto.snapshot`); as sent if no capture works.
+    snapshot: ShellSnapshot | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -13,13 +13,14 @@ from typing import Any
 
 import attrs
 
-from . import _sandbox
+from . import _sandbox, _snapshot
 from ._b64 import decode as b64decode
 from ._env import INHERIT_CHOICES, EnvPolicy, Inherit
 from ._errors import invalid_params
 from ._fields import Fields, text, wrong_type
 from ._paths import cwd_from_uri
 from ._sandbox import SandboxRequest
+from ._snapshot import SnapshotRequest
 from .actions import SignalName
 
 
@@ -56,6 +57,8 @@ class StartParams:
     enforce_managed_network: bool = False
     managed_network: Any = None
     network_proxy: Any = None
+    # ``shellSnapshot``, where it applies to the argv (`_snapshot.applies`); None otherwise.
+    shell_snapshot: SnapshotRequest | None = None
 
 
 # A terminal's rows and columns: u16 in the kernel's struct winsize, and a 0 would mean "unknown"
@@ -139,6 +142,7 @@ def start(params: Any) -> StartParams:
     sandbox = _sandbox.parse(fields.raw("sandbox"))
     terminal_size = _terminal_size(fields, tty)
     enforce_managed_network = fields.flag("enforceManagedNetwork", False)
+    snapshot = _snapshot.parse(fields.raw("shellSnapshot"))
     if not argv:
         raise invalid_params("argv must not be empty")
     for index, arg in enumerate(argv):
@@ -148,6 +152,7 @@ def start(params: Any) -> StartParams:
     _os_env(env.items(), "env")
     if env_policy is not None:
         _os_env(env_policy.set, "envPolicy.set")
+    snapshot = _snapshot.applies(snapshot, argv)
     return StartParams(
         process_id=process_id,
         argv=argv,
@@ -162,6 +167,7 @@ def start(params: Any) -> StartParams:
         enforce_managed_network=enforce_managed_network,
         managed_network=fields.raw("managedNetwork"),
         network_proxy=fields.raw("networkProxy"),
+        shell_snapshot=snapshot,
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from . import _descriptors, _netproxy, _netproxy_params, _params, _sandbox, _shares
+from . import _descriptors, _netproxy, _netproxy_params, _params, _sandbox, _shares, _snapshot
 from ._env import child_environment, login_shell
 from ._errors import (
     LocalProtocolError,
@@ -123,6 +123,9 @@ class ProcessHandlers(CoreState):
             sandbox=sandbox,
             terminal_size=p.terminal_size,
             proxy=launch.proxy if launch is not None else None,
+            snapshot=None if p.shell_snapshot is None else _snapshot.for_start(
+                p.shell_snapshot, session_id=session.session_id, cwd=p.cwd, env=p.env,
+                env_policy=p.env_policy, sandbox=sandbox, proxied=launch is not None),
         )
         if launch is not None:
             self._launches[handle] = launch

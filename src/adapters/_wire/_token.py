@@ -1,17 +1,19 @@
-"""The bearer token of ``--auth-token-file``, read again when the file changes or at SIGHUP.
+"""A secret kept in a file (``--auth-token-file``, ``--auth-shared-secret-file``), read again
+when the file changes or at SIGHUP.
 
 A pod warmed before its user is known starts with a placeholder and is bound later by writing
 the file (a Kubernetes Secret update, a sidecar): each upgrade checks the file's stat, one
 system call, and re-reads it when it changed. SIGHUP re-reads it at once, as sshd and nginx
-reload. A file that can no longer be read, or is empty, keeps the last token (a warning says
-so): a half-written secret must not open the server or lock everyone out. The token itself is
-never logged.
+reload. A file that can no longer be read, is empty, or holds what the server would refuse at
+start (a shared secret too short), keeps the last value (a warning says so): a half-written
+secret must not open the server or lock everyone out. The value itself is never logged.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("execproto")
@@ -27,30 +29,53 @@ def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
     return st.st_mtime_ns, st.st_size, st.st_ino
 
 
-class TokenFile:
-    def __init__(self, path: Path, token: str) -> None:
+def _fine(value: str) -> str | None:
+    return None
+
+
+class SecretFile:
+    """The value of the moment of one secret file, its surrounding whitespace stripped.
+
+    ``what`` names the file in the log ("token file"), ``noun`` its value ("token");
+    ``problem`` says what is wrong with a value read again (None: nothing), which then keeps
+    the last one."""
+
+    def __init__(self, path: Path, value: str, what: str = "token file", noun: str = "token",
+                 problem: Callable[[str], str | None] = _fine) -> None:
         self.path = path
-        self._token = token
+        self._value = value
+        self._what = what
+        self._noun = noun
+        self._problem = problem
         self._seen = file_stamp(path)
 
     def current(self) -> str:
-        """The token now: re-read first if the file changed since it was last read."""
+        """The value now: re-read first if the file changed since it was last read."""
         if file_stamp(self.path) != self._seen:
             self.reload("the file changed")
-        return self._token
+        return self._value
 
     def reload(self, why: str = "SIGHUP") -> None:
         self._seen = file_stamp(self.path)
+        keeps = f"the last {self._noun} stays"
         try:
-            token = self.path.read_text().strip()
+            value = self.path.read_text().strip()
         except (OSError, UnicodeDecodeError) as exc:
-            log.warning("token file %s could not be read again (%s): the last token stays",
-                        self.path, exc)
+            log.warning("%s %s could not be read again (%s): %s", self._what, self.path, exc,
+                        keeps)
             return
-        if not token:
-            log.warning("token file %s is empty: the last token stays", self.path)
+        if not value:
+            log.warning("%s %s is empty: %s", self._what, self.path, keeps)
             return
-        changed = token != self._token
-        self._token = token
-        log.info("token file %s re-read (%s): the token %s", self.path, why,
+        problem = self._problem(value)
+        if problem is not None:
+            log.warning("%s %s %s: %s", self._what, self.path, problem, keeps)
+            return
+        changed = value != self._value
+        self._value = value
+        log.info("%s %s re-read (%s): the %s %s", self._what, self.path, why, self._noun,
                  "changed" if changed else "is the same")
+
+
+# The name it had when the token file was the only one.
+TokenFile = SecretFile

@@ -11,7 +11,6 @@ payload is never decoded to ``str`` and encoded back.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +30,9 @@ from wsproto.events import (
 from wsproto.utilities import RemoteProtocolError
 
 from execproto.actions import CloseCode
+
+from ._auth import Token as Token  # what serve's token= takes, named here for the peers
+from ._auth import authenticator
 
 MAX_MESSAGE = 64 << 20  # bytes in one message, after which the connection is closed with 1009
 # Frames are parsed one at a time at some 25 us each, all on the thread that serves everyone:
@@ -75,19 +77,6 @@ METRICS = b"/metrics"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 
 
-# The bearer token: fixed, of the moment, or none.
-Token = str | Callable[[], str] | None
-
-
-def _authorized(header: bytes, token: str) -> bool:
-    expected = b"Bearer " + token.encode()
-    # The scheme's name is case-insensitive (RFC 7235), and one or more spaces end it.
-    scheme, _, credentials = header.strip().partition(b" ")
-    right_scheme = scheme.lower() == b"bearer"
-    # Constant time, so the answer's timing says nothing about how much of a guess was right.
-    return hmac.compare_digest(b"Bearer " + credentials.lstrip(b" "), expected) and right_scheme
-
-
 def _response(status: int, reason: bytes, body: bytes, content_type: str = "text/plain"
               ) -> bytes:
     conn = h11.Connection(h11.SERVER)
@@ -118,11 +107,12 @@ class ServerSocket:
     def __init__(self, token: Token = None, max_message: int = MAX_MESSAGE,
                  metrics: Callable[[], bytes] | None = None,
                  draining: Callable[[], bool] = lambda: False) -> None:
-        """``token``: the bearer token every upgrade (and /metrics) needs, or a function giving
-        the token of the moment (`_token.TokenFile.current`), or None for none.
+        """``token``: what every upgrade (and /metrics) needs: a bearer token, a function giving
+        the token of the moment (`_token.SecretFile.current`), an `_auth.Authenticator`, or
+        None for nothing.
         ``metrics``: what ``GET /metrics`` answers (made at each scrape), if any.
         ``draining``: whether the server is draining, when /readyz and upgrades answer 503."""
-        self._token = token
+        self._auth = authenticator(token)
         self._metrics = metrics
         self._draining = draining
         self._max_message = max_message
@@ -186,12 +176,11 @@ class ServerSocket:
         if b"origin" in headers:
             return self._refuse(out, 403, b"Forbidden", b"browser origins are refused\n",
                                 "a browser origin")
-        token = self._token() if callable(self._token) else self._token
-        if token is not None:
+        if self._auth is not None:
             header = headers.get(b"authorization")
-            if header is None or not _authorized(header, token):
-                why = "no bearer token" if header is None else "wrong bearer token"
-                self._refuse(out, 401, b"Unauthorized", b"missing or wrong bearer token\n", why)
+            refused = self._auth.refusal(header)
+            if refused is not None:
+                self._refuse(out, 401, b"Unauthorized", refused.body, refused.why)
                 out.delayed = header is not None
                 return None
         if path == METRICS and self._metrics is not None:

@@ -50,6 +50,7 @@ from .._proxy import ProxyRoom
 from .._shares import Shares
 from ..backends import Backend, Refused
 from . import _cgroups, _posix
+from ._snapshots import Snapshots
 
 log = logging.getLogger("execproto")
 
@@ -98,13 +99,13 @@ class Children:
         self.loop = loop
         self._feed = feed
         self.backend = backend
-        self._failed = failed
+        self.failed = failed
         self._records: dict[int, Record] = {}
-        self._prep = Shares(loop.post, PREP_WORKERS, PREP_PER_SESSION, "execproto-sandbox")
+        self.prep = Shares(loop.post, PREP_WORKERS, PREP_PER_SESSION, "execproto-sandbox")
         self.cleanups = 0  # sandbox finalizes on the pool: the stop waits for them
         self.on_cleaned: Callable[[], None] | None = None  # after each of those
         # Each process's cgroup (`_cgroups`), so that nothing it starts outlives it.
-        self._tree, problem = _cgroups.Tree.create()
+        self.tree, problem = _cgroups.Tree.create()
         if problem is not None:
             log.warning("a process's descendants that leave its process group are not tracked "
                         "(%s): a terminate, or a server killed, can leave them running", problem)
@@ -123,6 +124,8 @@ class Children:
         # Each process's managed network proxy (`SpawnSpec.proxy`): its listeners, served
         # from its spawn to its finalize, asking the core about every connection.
         self.proxy = ProxyRoom(loop, self._ask_proxy)
+        # The shell snapshots' captures, and the few kept (`SpawnSpec.snapshot`).
+        self.snapshots = Snapshots(loop, self)
 
     def _running(self, proc: int) -> tuple[Record, _posix.Child]:
         record = self._records[proc]
@@ -132,21 +135,27 @@ class Children:
     # -- the spawn ------------------------------------------------------------------------------
 
     def _spawn(self, action: Spawn) -> None:
+        if action.spec.snapshot is not None:  # run from its scope's snapshot, once there is one
+            self.snapshots.prepare(action, self._spawn_now)
+            return
+        self._spawn_now(action)
+
+    def _spawn_now(self, action: Spawn) -> None:
         try:
-            place = self._tree.place(action.proc)
+            place = self.tree.place(action.proc)
         except OSError as exc:  # out of cgroups, or of memory
             self._spawn_failed(action, SpawnFailed(proc=action.proc,
                                                    error=_posix.os_error_text(exc)))
             return
         if action.spec.sandbox is None:  # nothing slow to prepare: spawned at once
-            self._spawned(action, self._launch(action, place))
+            self._spawned(action, self.launch(action, place))
             return
         # A sandbox's setup, and the spawn itself (which waits for the child's exec, long on a
         # loaded machine), run off the owner, sessions in turn.
-        self._prep.submit(action.spec.session_id, lambda: self._launch(action, place),
+        self.prep.submit(action.spec.session_id, lambda: self.launch(action, place),
                           lambda launched: self._spawned(action, launched))
 
-    def _launch(self, action: Spawn, place: str | None) -> tuple[Any, Any]:
+    def launch(self, action: Spawn, place: str | None) -> tuple[Any, Any]:
         """(the backend's ExecSpec, the child), or the exception instead of either. Touches
         nothing of the room's: it may run on a worker thread."""
         try:
@@ -172,25 +181,25 @@ class Children:
     def _spawned(self, action: Spawn, launched: tuple[Any, Any]) -> None:
         prepared, child = launched
         if isinstance(prepared, BaseException):
-            self._tree.finished(action.proc)
+            self.tree.finished(action.proc)
             self._prepare_failed(action, prepared)
             return
         listeners = getattr(prepared, "listeners", None)
-        if listeners is not None and (self._failed() or not isinstance(child, _posix.Child)):
+        if listeners is not None and (self.failed() or not isinstance(child, _posix.Child)):
             listeners.close()  # nothing will connect to them
-        if self._failed():  # the core failed meanwhile: nothing of it may run
+        if self.failed():  # the core failed meanwhile: nothing of it may run
             if isinstance(child, _posix.Child):
                 child.signal_group("KILL")
                 self._release(Record(token=None, child=child))
-            self._tree.finished(action.proc)
-            self._finalize_backend(action.proc, prepared.token, "failed", None, True,
+            self.tree.finished(action.proc)
+            self.finalize_backend(action.proc, prepared.token, "failed", None, True,
                                    action.spec.session_id)
             return
         # From here the backend is owed exactly one finalize, whatever happened to the spawn.
         record = self._records[action.proc] = Record(token=prepared.token,
                                                      session_id=action.spec.session_id)
         if not isinstance(child, _posix.Child):  # the spawn failed
-            self._tree.finished(action.proc)
+            self.tree.finished(action.proc)
             self._spawn_failed(action, self._spawn_failure(action, prepared, child))
             return
         request = action.spec
@@ -205,7 +214,8 @@ class Children:
         if listeners is not None:
             self.proxy.listen(action.proc, listeners.http, listeners.socks, listeners.udp,
                               listeners.transparent, listeners.dns,
-                              owner=action.spec.session_id)  # shared by session
+                              owner=action.spec.session_id,  # shared by session
+                              credentials=listeners.credentials)
         self._feed(ProcessSpawned(proc=action.proc, pid=child.pid))
         self.loop.watch_read(child.pidfd, lambda: self._on_exit(action.proc))
         for stream in child.outputs:
@@ -315,7 +325,7 @@ class Children:
 
     def _signal(self, action: Signal) -> None:
         self._running(action.proc)[1].signal_group(action.signal)
-        self._tree.signalled(action.proc, action.signal)
+        self.tree.signalled(action.proc, action.signal)
 
     def _resize(self, action: ResizeTerminal) -> None:
         self._running(action.proc)[1].set_terminal_size(action.rows, action.cols)
@@ -407,23 +417,25 @@ class Children:
                                        "seconds": round(took, 3), "bytes": record.output_bytes,
                                        "timed_out": action.timed_out}})
             self._release(record)
-        self._tree.finished(action.proc)  # a terminated process leaves nothing behind
+        self.tree.finished(action.proc)  # a terminated process leaves nothing behind
         self.proxy.close(action.proc)
         if record is not None:
-            self._finalize_backend(action.proc, record.token, action.status, action.exit_code,
-                                   action.timed_out, record.session_id)
+            self.finalize_backend(action.proc, record.token, action.status, action.exit_code,
+                                  action.timed_out, record.session_id)
 
-    def _finalize_backend(self, proc: int, token: Any, status: str, exit_code: int | None,
-                          timed_out: bool, session_id: str) -> None:
+    def finalize_backend(self, proc: int, token: Any, status: str, exit_code: int | None,
+                         timed_out: bool, session_id: str, report: bool = True) -> None:
         """The backend's finalize; a sandbox's off the owner, in its session's share: a
-        session's cleanups take turns with its own starts, not everyone's."""
+        session's cleanups take turns with its own starts, not everyone's. A failure is the
+        core's to hear (``report``) only for a process of the core's (not a snapshot's
+        capture)."""
         def work() -> None:
             self.backend.finalize(token, status, exit_code, timed_out)
 
         def done(outcome: Any) -> None:
             if isinstance(outcome, BaseException):
                 log.error("the backend's finalize failed for process %d", proc, exc_info=outcome)
-                if not self._failed():
+                if report and not self.failed():
                     self._feed(FinalizeFailed(proc=proc,
                                               error=f"{type(outcome).__name__}: {outcome}"))
 
@@ -442,7 +454,7 @@ class Children:
             done(outcome)
             return
         self.cleanups += 1
-        self._prep.submit(session_id, work, cleaned)
+        self.prep.submit(session_id, work, cleaned)
 
     def _release(self, record: Record) -> None:
         """Stop watching the child, reap it and close whatever of its pipes is still open."""
@@ -457,7 +469,7 @@ class Children:
         child.reap()
 
     def _ask_proxy(self, proc: int, ask: int, question: Question) -> None:
-        if not self._failed():
+        if not self.failed():
             self._feed(ProxyAsked(proc=proc, ask=ask, question=question, wall=time.time()))
 
     def _answer_proxy(self, action: AnswerProxy) -> None:
@@ -471,6 +483,7 @@ class Children:
         it at once, and what blocks (waiting for a holder to exit) runs off the owner, after
         the session's starts still being prepared (its share runs them in turn). Most
         sessions kept nothing, and wake no worker."""
+        self.snapshots.forget(action.session_id)
         end = getattr(self.backend, "end_session", None)
         rest = end(action.session_id) if end is not None else None
         if rest is None:
@@ -485,11 +498,12 @@ class Children:
                 self.on_cleaned()
 
         self.cleanups += 1
-        self._prep.submit(action.session_id, rest, cleaned)
+        self.prep.submit(action.session_id, rest, cleaned)
 
     def kill_all(self) -> None:
         """The core failed: nothing it started may outlive it. Every process group is killed
         and reaped, and every backend token finalized as failed."""
+        self.snapshots.kill_all()
         self.proxy.close_all()
         for proc, record in list(self._records.items()):
             if record.child is None:
@@ -499,8 +513,8 @@ class Children:
             except OSError:
                 log.exception("killing process %d failed", proc)
             self._release(record)
-            self._tree.signalled(proc, "KILL")
-            self._tree.finished(proc)
+            self.tree.signalled(proc, "KILL")
+            self.tree.finished(proc)
         for record in self._records.values():
             try:
                 self.backend.finalize(record.token, "failed", None, True)
@@ -511,8 +525,8 @@ class Children:
     def close(self) -> None:
         """After the stop: kill whatever the processes left running, remove their cgroups,
         and let the backend release what it keeps (the sessions' networks)."""
-        self._tree.close()
-        self._tree = _cgroups.NoTree()
+        self.tree.close()
+        self.tree = _cgroups.NoTree()
         close = getattr(self.backend, "close", None)
         if close is not None:
             close()

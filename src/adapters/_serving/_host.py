@@ -34,7 +34,7 @@ _CAPABILITIES = {
     "httpHeaderEnvVars": True,  # http/request headers taking values from the environment
     "sandboxedFileStreaming": False,  # fs/open streams run inside the platform sandbox
     "fileWriteStreaming": True,  # fs/open mode "replace" and fs/writeBlock
-    "shellSnapshotV2": False,  # process/start's shellSnapshot
+    "shellSnapshotV2": True,  # process/start's shellSnapshot
     "windowsMxc": False,
     "linuxRootWritePreservesDevices": False,
     "linuxApprovedRootWritePreservesRestrictions": False,

@@ -25,13 +25,14 @@ from typing import Any, Protocol
 import attrs
 
 from execproto import Policy, SpawnSpec
-from execproto.netproxy import ProxyConfig, proxy_env
+from execproto.netproxy import Brokered, ProxyConfig, proxy_env
 from execproto.policy import PathRule, PlantedLink, pinned
 
 from ._files._beneath import Scope
 from ._processes import _bwrap, _netns, _posix
 from ._processes._bwrap import Budget
 from ._processes._posix import resolve_program
+from ._proxy import _masking
 
 
 class Refused(Exception):
@@ -70,6 +71,8 @@ class Listeners:
     # every DNS question (`_netns.Holder.redirect`).
     transparent: socket.socket | None = None
     dns: socket.socket | None = None
+    # Credential masking: what the proxy brokers for this process (`_proxy._masking`).
+    credentials: tuple[Brokered, ...] = ()
 
     def close(self) -> None:
         for sock in (self.http, self.socks, self.transparent, self.dns):
@@ -218,7 +221,8 @@ class LocalBackend:
     def prepare(self, request: SpawnSpec) -> ExecSpec:
         if request.sandbox is None:
             listeners = None if request.proxy is None else _listen(socket.socket, request.proxy)
-            env = request.env if listeners is None else _with_proxy(request, listeners)
+            env, listeners = ((request.env, None) if listeners is None
+                              else _with_proxy(request, listeners))
             return ExecSpec(argv=request.argv, env=env, cwd=request.cwd, arg0=request.arg0,
                             listeners=listeners)
         if self._bwrap is None:
@@ -239,7 +243,10 @@ class LocalBackend:
                 listeners = _listen(private.socket, request.proxy)
                 if request.proxy.transparent_tcp:
                     listeners = self._transparent(private, listeners)
-                request = attrs.evolve(request, env=_with_proxy(request, listeners))
+                env, listeners = _with_proxy(request, listeners)
+                request = attrs.evolve(request, env=env)
+                if request.proxy.credential_masking:  # its CA bundle, read-only to it
+                    policy = policy.capped((_masking.ca_directory(),), "read")
             network = (None if self._host_network
                        else (lambda: private) if private is not None
                        else functools.partial(self._networks.of, request.session_id))
@@ -367,14 +374,20 @@ def _listen(make: Callable[[int, int], socket.socket], proxy: ProxyConfig) -> Li
     return Listeners(http=http, socks=socks, udp=proxy.enable_socks5 and proxy.enable_socks5_udp)
 
 
-def _with_proxy(request: SpawnSpec, listeners: Listeners) -> tuple[tuple[str, str], ...]:
+def _with_proxy(request: SpawnSpec,
+                listeners: Listeners) -> tuple[tuple[tuple[str, str], ...], Listeners]:
     """The child's environment with the proxy's variables (the policy's, `proxy_env`): they
-    win over the client's own, as the reference's do."""
+    win over the client's own, as the reference's do. With credential masking, its
+    credentials masked too, and the listeners carry what the proxy brokers."""
     assert request.proxy is not None
     socks = listeners.socks.getsockname()[1] if listeners.socks is not None else None
     added = proxy_env(request.proxy, listeners.http.getsockname()[1], socks)
-    return tuple((name, value) for name, value in request.env if name not in added) + tuple(
+    env = tuple((name, value) for name, value in request.env if name not in added) + tuple(
         added.items())
+    if not request.proxy.credential_masking:
+        return env, listeners
+    env, credentials = _masking.masked(request.argv, env, request.proxy, request.process_id)
+    return env, attrs.evolve(listeners, credentials=credentials)
 
 
 def _usable_pasta() -> str | None:

@@ -10,6 +10,15 @@ that does not finish its request in time 408.
 
 Each direction holds at most ``Limits.buffer`` bytes read and not yet written (a little more
 while re-framing: a chunk's header): a side is read only while the other's queue has room.
+
+With credential masking, a CONNECT to a host where one of the process's credentials is bound
+(`intercepts`) is opened instead of tunnelled: the proxy first makes its own TLS connection to
+the origin (verified, or the child gets 502), then answers 200 and speaks TLS to the child
+with a certificate of its CA for the host (`_authority`), and forwards each request inside as
+it forwards plain ones, over that one upstream connection, kept alive while both sides allow.
+Every forwarded request's headers go through `substitute` (plain HTTP too: a credential
+bound to a loopback ``http://`` destination), so a dummy becomes the real value only toward
+its credential's destinations.
 """
 
 from __future__ import annotations
@@ -24,11 +33,14 @@ from urllib.parse import urlsplit
 
 import h11
 
+from execproto.netproxy import intercepts, substitute
+
 from ._dial import Dial
 from ._hub import Hub, Refusal, Verdict, client_label
 from ._lookups import valid_host
 from ._relay import Relay
 from ._side import Side
+from ._tls_side import TlsSide
 
 # Hop-by-hop headers (RFC 9110 7.6.1), never forwarded; with them every ``Proxy-*`` one and
 # whatever ``Connection`` names.
@@ -79,6 +91,15 @@ def end_to_end(headers: Any) -> list[tuple[bytes, bytes]]:
             if name not in HOP_BY_HOP and name not in listed and not name.startswith(b"proxy-")]
 
 
+def _keeps_alive(response: h11.Response) -> bool:
+    """Whether the origin keeps its connection after this response (HTTP/1.1 without
+    ``Connection: close``)."""
+    if response.http_version != b"1.1":
+        return False
+    return not any(name == b"connection" and b"close" in value.lower()
+                   for name, value in response.headers)
+
+
 def parse_target(method: bytes, target: bytes) -> tuple[str, int, str] | None:
     """(host, port, origin-form path) of a proxy request's target, None if it is not one."""
     try:
@@ -112,8 +133,8 @@ class HttpClient:
         self._conn = h11.Connection(h11.SERVER,
                                     max_incomplete_event_size=hub.limits.header_bytes)
         self._up: h11.Connection | None = None
-        self.client = Side(hub.loop, sock, hub.meter)
-        self.upstream: Side | None = None
+        self.client: Side | TlsSide = Side(hub.loop, sock, hub.meter)
+        self.upstream: Side | TlsSide | None = None
         self._phase = Phase.HEAD
         self._closed = False
         self._timer: Callable[[], None] = _nothing
@@ -122,6 +143,9 @@ class HttpClient:
         self._responded = False  # this exchange's response has begun
         self._head_read = 0  # bytes read since the last request began
         self._last_read = 0.0  # when the client's request body last gave bytes
+        self._credentials = hub.credentials.get(proc, ())
+        # An intercepted tunnel's (host, port): its requests go to the upstream it opened.
+        self._intercepted: tuple[str, int] | None = None
         hub.opened(self)
         self._await_request()
 
@@ -180,6 +204,9 @@ class HttpClient:
         self._timer()
         self.client.read(False)
         self._phase = Phase.ASKING
+        if self._intercepted is not None:
+            self._inner_request(request)
+            return
         target = parse_target(request.method, request.target)
         if target is None:
             self._fail(400, "this is a proxy: it takes http://host/path or CONNECT host:port")
@@ -208,6 +235,9 @@ class HttpClient:
             return
         self.upstream = Side(self._hub.loop, sock, self._hub.meter)
         self.upstream.on_error = self.close
+        if request.method == b"CONNECT" and intercepts(self._credentials, target[0], target[1]):
+            self._open_upstream(target[0], target[1])
+            return
         try:
             if request.method == b"CONNECT":
                 self._tunnel()
@@ -229,7 +259,71 @@ class HttpClient:
         early, _ = self._conn.trailing_data  # what the client sent before the answer
         self.upstream.write(early)
         self._phase = Phase.TUNNEL
+        assert isinstance(self.client, Side) and isinstance(self.upstream, Side)
         Relay(self.client, self.upstream, self._limits.buffer, self.close)
+
+    # -- an intercepted tunnel ------------------------------------------------------------------
+
+    def _open_upstream(self, host: str, port: int) -> None:
+        """TLS to the origin first: a child whose origin cannot be verified gets 502, and never
+        a tunnel."""
+        from ._authority import authority
+
+        raw = self.upstream
+        assert isinstance(raw, Side)
+        self.upstream = TlsSide(raw, authority().client_context, False, host,
+                                ready=partial(self._intercept, host, port),
+                                failed=lambda why: self._fail(
+                                    502, f"cannot connect to {host}:{port}: TLS: {why}"))
+        self.upstream.on_error = self.close
+
+    def _intercept(self, host: str, port: int) -> None:
+        """The origin is verified: answer the CONNECT, and speak TLS to the child as ``host``."""
+        from ._authority import authority
+
+        try:
+            for _ in range(2):  # the CONNECT's end of message, then the pause h11 makes for it
+                if self._conn.next_event() is h11.PAUSED:
+                    break
+            head = self._conn.send(h11.Response(status_code=200, headers=[],
+                                                reason=b"Connection established"))
+            context = authority().server_context(host)
+        except (h11.ProtocolError, OSError, ValueError):
+            self.close()
+            return
+        early, _ = self._conn.trailing_data  # the child's first TLS bytes, sent early
+        raw = self.client
+        assert isinstance(raw, Side) and self.upstream is not None
+        raw.write(head or b"")
+        self.client = TlsSide(raw, context, True, None, ready=_nothing,
+                              failed=lambda why: self.close(), early=bytes(early))
+        self._intercepted = (host, port)
+        self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self._limits.header_bytes)
+        self.upstream.read(False)
+        self._await_request()
+
+    def _inner_request(self, request: h11.Request) -> None:
+        """A request inside an intercepted tunnel: origin form (or the tunnel's own https URL),
+        to the upstream the tunnel opened."""
+        assert self._intercepted is not None
+        host, port = self._intercepted
+        target = request.target.decode("ascii", "replace")
+        if target.startswith("https://"):
+            parts = urlsplit(target)
+            if (parts.hostname or "") != host or (parts.port or 443) != port:
+                self._fail(400, "this tunnel goes to one origin only")
+                return
+            target = target.split("//", 1)[1][len(parts.netloc):] or "/"
+        if not target.startswith("/") or request.method == b"CONNECT":
+            self._fail(400, "inside a tunnel, a request names a path")
+            return
+        if self.upstream is None or self.upstream.closed:
+            self._fail(502, f"the connection to {host}:{port} is closed")
+            return
+        try:
+            self._forward(request, (host, port, target.split("#", 1)[0]))
+        except h11.ProtocolError:
+            self.close()
 
     # -- a request forwarded ---------------------------------------------------------------------
 
@@ -238,13 +332,21 @@ class HttpClient:
         assert upstream is not None
         host, port, path = target
         shown = f"[{host}]" if ":" in host else host
+        intercepted = self._intercepted is not None
+        default = 443 if intercepted else 80
         headers = [(name, value) for name, value in end_to_end(request.headers)
                    if name != b"host"]
-        headers.insert(0, (b"host", (shown if port == 80 else f"{shown}:{port}").encode()))
+        headers.insert(0, (b"host", (shown if port == default else f"{shown}:{port}").encode()))
         if any(name == b"transfer-encoding" for name, _ in request.headers):
             headers.append((b"transfer-encoding", b"chunked"))  # h11 re-frames the body
-        headers.append((b"connection", b"close"))
-        self._up = h11.Connection(h11.CLIENT, max_incomplete_event_size=self._limits.header_bytes)
+        if self._credentials:
+            headers = self._substituted("https" if intercepted else "http", host, port, path,
+                                        headers)
+        if not intercepted:
+            headers.append((b"connection", b"close"))
+        if self._up is None:
+            self._up = h11.Connection(h11.CLIENT,
+                                      max_incomplete_event_size=self._limits.header_bytes)
         upstream.write(self._up.send(h11.Request(method=request.method, target=path.encode(),
                                                  headers=headers)) or b"")
         self._phase = Phase.FORWARD
@@ -259,6 +361,13 @@ class HttpClient:
         self._last_read = self._hub.loop.now()
         self._body_check()
         self._pump_request()
+
+    def _substituted(self, scheme: str, host: str, port: int, path: str,
+                     headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """The headers with each bound credential's dummy put back to its real value."""
+        shown = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers]
+        swapped = substitute(self._credentials, scheme, host, port, path, shown)
+        return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in swapped]
 
     def _body_check(self) -> None:
         """While the request's body is being sent up, the client may pause no longer than
@@ -322,9 +431,11 @@ class HttpClient:
                             status_code=event.status_code, headers=end_to_end(event.headers)))
                 elif isinstance(event, h11.Response):
                     self._responded = True
+                    headers = self._response_headers(event.headers)
+                    if self._intercepted is not None and not _keeps_alive(event):
+                        headers.append((b"connection", b"close"))  # no upstream after it
                     self._to_client(h11.Response(
-                        status_code=event.status_code, reason=event.reason,
-                        headers=self._response_headers(event.headers)))
+                        status_code=event.status_code, reason=event.reason, headers=headers))
                 elif isinstance(event, h11.Data):
                     self._to_client(h11.Data(data=event.data))
                 elif isinstance(event, h11.EndOfMessage):
@@ -369,11 +480,18 @@ class HttpClient:
             self._pump_request()
 
     def _exchanged(self) -> None:
-        """The response is whole: drop the upstream, keep the client if both sides allow."""
+        """The response is whole: drop the upstream (an intercepted tunnel's is kept while it
+        allows), keep the client if both sides allow."""
         self._timer()
-        if self.upstream is not None:
-            self.upstream.close()
-        self.upstream, self._up = None, None
+        up = self._up
+        if (self._intercepted is not None and up is not None and self.upstream is not None
+                and up.our_state is h11.DONE and up.their_state is h11.DONE):
+            up.start_next_cycle()
+            self.upstream.read(False)
+        else:
+            if self.upstream is not None:
+                self.upstream.close()
+            self.upstream, self._up = None, None
         if self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE:
             self._conn.start_next_cycle()
             self._phase = Phase.LAST  # nothing is read until the answer is written

@@ -10,6 +10,8 @@ from typing import Protocol
 
 import attrs
 
+from execproto.netproxy import Brokered
+
 from .._loop import Loop
 from . import _question
 from ._dial import Connected, Dial
@@ -78,6 +80,9 @@ class Hub:
         self.owners: dict[int, Hashable] = {}
         self.by_owner: Counter[Hashable] = Counter()
         self.on_closed: Callable[[int], None] = lambda proc: None
+        # Each process's brokered credentials (credential masking), by process: what its
+        # connections may put back, and where.
+        self.credentials: dict[int, tuple[Brokered, ...]] = {}
 
     # -- questions -------------------------------------------------------------------------------
 

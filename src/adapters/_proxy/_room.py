@@ -22,6 +22,8 @@ from enum import Enum, auto
 
 import attrs
 
+from execproto.netproxy import Brokered
+
 from .._loop import Loop
 from ._dns import DnsResponder, Names
 from ._http_proxy import HttpClient
@@ -70,11 +72,15 @@ class ProxyRoom:
 
     def listen(self, proc: int, http: socket.socket, socks: socket.socket | None,
                udp: bool, transparent: socket.socket | None = None,
-               dns: socket.socket | None = None, owner: Hashable = None) -> None:
+               dns: socket.socket | None = None, owner: Hashable = None,
+               credentials: tuple[Brokered, ...] = ()) -> None:
         """Serve ``proc``'s sockets (already bound, the TCP ones listening); the room owns them
         from now on. ``transparent`` and ``dns`` are transparent TCP's, made in the process's
         namespace: the listener its other connections are redirected to and the UDP socket its
-        DNS questions are."""
+        DNS questions are. ``credentials``: what credential masking brokers for ``proc`` (its
+        connections put the real values back toward their destinations)."""
+        if credentials:
+            self._hub.credentials[proc] = credentials
         if owner is not None:
             self._hub.owners[proc] = owner
         held = self._listeners.setdefault(proc, [])
@@ -114,6 +120,7 @@ class ProxyRoom:
         for handler in list(self._hub.open.get(proc, ())):
             handler.close()
         self._hub.owners.pop(proc, None)
+        self._hub.credentials.pop(proc, None)
 
     def close_all(self) -> None:
         for proc in {*self._listeners, *self._resolvers, *self._hub.open}:

@@ -1,0 +1,77 @@
+"""Credential masking at a spawn: the child's environment as the core's rules mask it
+(`execproto.netproxy.mask_environment`), with this server's randomness and CA.
+
+A real value keeps one dummy for the server's life (the reference's dummies are stable the
+same way: a command that stored one finds it still good), up to `REMEMBERED` of them; past
+that a value gets a fresh one. Nothing here logs a value: the dropped providers and the
+unmasked warning are the reference's lines, which name none.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from execproto.netproxy import (
+    UNPROTECTED,
+    Brokered,
+    Provider,
+    ProxyConfig,
+    active_providers,
+    ca_env,
+    dummy_value,
+    mask_environment,
+)
+
+log = logging.getLogger("execproto")
+REMEMBERED = 1024
+
+_dummies: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _dummy(provider: Provider, variable: str, real: str) -> str | None:
+    key = (provider.name, variable, real)
+    with _lock:
+        known = _dummies.get(key)
+        if known is not None:
+            _dummies.move_to_end(key)
+            return known
+        taken = set(_dummies.values())
+    made = dummy_value(provider, real, os.urandom)
+    if made is None or made in taken:
+        return None
+    with _lock:
+        _dummies[key] = made
+        while len(_dummies) > REMEMBERED:
+            _dummies.popitem(last=False)
+    return made
+
+
+def masked(argv: Iterable[str], env: Iterable[tuple[str, str]], proxy: ProxyConfig,
+           process_id: str) -> tuple[tuple[tuple[str, str], ...], tuple[Brokered, ...]]:
+    """The child's whole environment with the CA's variables, its credentials masked and the
+    broker's markers (a ``bash -c`` command's only), and the credentials its proxy brokers.
+    Makes the CA at the first call (blocking: it writes the bundle)."""
+    from ._authority import authority
+
+    whole = dict(env)
+    providers, dropped, inactive = active_providers(proxy.credential_providers, whole)
+    for drop in dropped:
+        log.warning("%s", drop.message, extra={"fields": {"process": process_id}})
+    result = mask_environment(tuple(argv), whole, providers, _dummy, inactive)
+    if result.unprotected:
+        log.warning("%s", UNPROTECTED, extra={"fields": {"process": process_id}})
+    child = result.env
+    child.update(ca_env(authority().bundle))
+    return tuple(child.items()), result.credentials
+
+
+def ca_directory() -> str:
+    """Where the CA bundle is (made now if need be): no sandbox may write there."""
+    from ._authority import authority
+
+    return authority().directory

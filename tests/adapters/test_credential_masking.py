@@ -1,0 +1,174 @@
+"""Credential masking, served: a ``bash -c`` command sees only dummies of its credentials, and
+the proxy puts the real value back toward the credential's own destination, over TLS it opens
+with a CA of its own; anywhere else a dummy stays a dummy.
+
+Without a sandbox (the variables are advice, but masking is the same), against an HTTPS origin
+on this machine's loopback that a test CA signed: the server trusts it through SSL_CERT_FILE
+(as it would trust a real origin through the system's store), the command through the bundle
+the proxy names. The sandboxed path, through a namespace, is in test_managed_proxy.py's world
+(`test_masked_in_a_sandbox`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import ADAPTERS, Server, start
+from .masking_origin import Origin, make_ca_and_leaf
+from .wsclient import Client, output_of
+
+pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+
+REAL = "customsecret-0123abcd0123abcd"
+GH_REAL = "ghp_" + "R" * 36
+PROXY: dict[str, Any] = {
+    "enabled": True, "enableSocks5": True, "enableSocks5Udp": True, "allowUpstreamProxy": True,
+    "dangerouslyAllowAllUnixSockets": False, "mode": "full", "allowLocalBinding": False,
+    "domains": {"127.0.0.1": "allow", "localhost": "allow"}, "credentialMasking": True,
+}
+# curl through the proxy its environment names, trusting the CA bundle it names too; prints
+# what the command saw, then what the origin answered.
+SCRIPT = ('echo "token=$MY_TOKEN gh=$GH_TOKEN"; '
+          'echo "bundle=$SSL_CERT_FILE $(grep -c BEGIN "$SSL_CERT_FILE")"; '
+          'echo "marker=$CODEX_NETWORK_PROXY_BROKERED_CREDENTIALS"; '
+          'for url in {urls}; do curl -sS --max-time 10 '
+          '-H "Authorization: Bearer $MY_TOKEN" "$url"; echo " [$?]"; done')
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Origin, Path]]:
+    where = tmp_path_factory.mktemp("origin")
+    ca, leaf = make_ca_and_leaf(where, ["127.0.0.1", "localhost"])
+    served = Origin(("127.0.0.1", 0), leaf)
+    yield served, ca
+    served.close()
+
+
+def provider(port: int) -> dict[str, Any]:
+    return {"mine": {"env": ["MY_TOKEN"], "patterns": ["^customsecret-[0-9a-f]+$"],
+                     "url_prefixes": [f"https://127.0.0.1:{port}/api/"], "auth": ["bearer"]}}
+
+
+def run(server: Server, process_id: str, argv: list[str], env: dict[str, str],
+        proxy: dict[str, Any]) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
+    client: Client = server.client()
+    reply = start(client, process_id, argv, env={"PATH": os.environ["PATH"], **env},
+                  enforceManagedNetwork=True, networkProxy={"proxy": proxy})
+    events = client.events_until_closed(process_id, timeout=60)
+    client.close()
+    out = output_of(events)
+    return reply, out.get("stdout", b"").decode() + out.get("stderr", b"").decode(), events
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_the_origin_sees_the_real_value_and_the_command_the_dummy(
+        adapter: str, origin: tuple[Origin, Path]) -> None:
+    served, ca = origin
+    served.seen.clear()
+    port = served.port
+    urls = " ".join([f"https://127.0.0.1:{port}/api/one", f"https://127.0.0.1:{port}/other",
+                     f"https://localhost:{port}/api/two"])
+    server = Server(adapter, env={"SSL_CERT_FILE": str(ca)})
+    try:
+        reply, said, _ = run(server, "m", ["bash", "-c", SCRIPT.format(urls=urls)],
+                             {"MY_TOKEN": REAL, "GH_TOKEN": GH_REAL},
+                             dict(PROXY, credentialProviders=provider(port)))
+    finally:
+        log = server.stop()
+    assert "result" in reply, reply
+    lines = said.splitlines()
+    token, gh = (part.split("=", 1)[1] for part in lines[0].split())
+    assert token.startswith("customsecret-") and token != REAL, said
+    assert gh.startswith("ghp_masked") and len(gh) == len(GH_REAL), said
+    bundle, certificates = lines[1].split("=", 1)[1].split()
+    assert Path(bundle).name.startswith("ca-bundle-") and int(certificates) >= 1, said
+    marker = json.loads(lines[2].split("=", 1)[1])
+    assert ["MY_TOKEN", token] in marker and ["@alias:GH_TOKEN", gh] in marker
+    assert lines[3:] == ["origin saw /api/one [0]", "origin saw /other [0]",
+                         "origin saw /api/two [0]"], said
+    by_path = {path: headers.get("authorization") for _, path, headers in served.seen}
+    assert by_path["/api/one"] == f"Bearer {REAL}"  # its destination: the real value
+    assert by_path["/other"] == f"Bearer {token}"  # beside it: a dummy stays a dummy
+    assert by_path["/api/two"] == f"Bearer {token}"  # another host: likewise
+    for text in (said, log):
+        assert REAL not in text and GH_REAL not in text
+
+
+def test_a_command_that_is_not_bash_dash_c_keeps_its_values_but_trusts_the_ca(
+        origin: tuple[Origin, Path]) -> None:
+    served, ca = origin
+    server = Server("asyncio", env={"SSL_CERT_FILE": str(ca)})
+    try:
+        _, said, _ = run(server, "s", ["sh", "-c", 'echo "$MY_TOKEN $SSL_CERT_FILE"'],
+                         {"MY_TOKEN": REAL}, dict(PROXY, credentialProviders=provider(1)))
+    finally:
+        server.stop()
+    value, bundle = said.split()
+    assert value == REAL and "ca-bundle-" in bundle
+
+
+def test_basic_auth_to_a_custom_header_provider_and_a_dropped_provider_is_logged(
+        origin: tuple[Origin, Path]) -> None:
+    served, ca = origin
+    served.seen.clear()
+    port = served.port
+    providers = {
+        "keyed": {"env": ["MY_TOKEN"], "patterns": ["^customsecret-[0-9a-f]+$"],
+                  "url_prefixes": [f"https://127.0.0.1:{port}/"], "auth": ["header"],
+                  "header": "X-Api-Key", "prefix": "Key "},
+        "broken": {"env": ["OTHER"], "url_prefixes": ["https://x.test/"]},
+    }
+    script = (f'curl -sS --max-time 10 -H "X-Api-Key: Key $MY_TOKEN" '
+              f'https://127.0.0.1:{port}/k; echo " [$?]"')
+    server = Server("trio", env={"SSL_CERT_FILE": str(ca)})
+    try:
+        _, said, _ = run(server, "h", ["bash", "-c", script], {"MY_TOKEN": REAL},
+                         dict(PROXY, credentialProviders=providers))
+    finally:
+        log = server.stop()
+    assert said.strip() == "origin saw /k [0]", said
+    assert served.seen[-1][2].get("x-api-key") == f"Key {REAL}"
+    assert ("ignoring invalid credential provider provider=broken error=credential provider "
+            "`broken` has no credential patterns") in log
+
+
+def test_an_origin_the_server_cannot_verify_is_a_502_and_never_gets_the_value(
+        origin: tuple[Origin, Path]) -> None:
+    served, _ = origin
+    served.seen.clear()
+    port = served.port
+    script = (f'curl -sS --max-time 10 -o /dev/null -w "%{{http_code}}" '
+              f'-H "Authorization: Bearer $MY_TOKEN" https://127.0.0.1:{port}/api/x; echo')
+    server = Server("asyncio")  # the system's store only: it knows nothing of the test's CA
+    try:
+        _, said, _ = run(server, "v", ["bash", "-c", script], {"MY_TOKEN": REAL},
+                         dict(PROXY, credentialProviders=provider(port)))
+    finally:
+        server.stop()
+    assert "502" in said, said
+    assert not served.seen
+
+
+def test_basic_credentials_in_a_url_are_put_back_too(origin: tuple[Origin, Path]) -> None:
+    served, ca = origin
+    served.seen.clear()
+    port = served.port
+    basic = {"mine": dict(provider(port)["mine"], auth=["basic"])}
+    script = f'curl -sS --max-time 10 -u "x:$MY_TOKEN" https://127.0.0.1:{port}/api/b; echo'
+    server = Server("threads", env={"SSL_CERT_FILE": str(ca)})
+    try:
+        _, said, _ = run(server, "b", ["bash", "-c", script], {"MY_TOKEN": REAL},
+                         dict(PROXY, credentialProviders=basic))
+    finally:
+        server.stop()
+    assert said.strip() == "origin saw /api/b", said
+    scheme, encoded = served.seen[-1][2]["authorization"].split()
+    assert scheme == "Basic" and base64.b64decode(encoded).decode() == f"x:{REAL}"

@@ -21,8 +21,10 @@ from typing import Any
 
 import pytest
 
+from . import netns
 from .conftest import ADAPTERS, Server, start
 from .masking_origin import Origin, make_ca_and_leaf
+from .sandboxes import needs_bwrap, profile
 from .wsclient import Client, output_of
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
@@ -34,6 +36,9 @@ PROXY: dict[str, Any] = {
     "dangerouslyAllowAllUnixSockets": False, "mode": "full", "allowLocalBinding": False,
     "domains": {"127.0.0.1": "allow", "localhost": "allow"}, "credentialMasking": True,
 }
+ROOT_READ = {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}
+TMP_WRITE = {"path": {"type": "special", "value": {"kind": "slash_tmp"}}, "access": "write"}
+SANDBOX = profile("/tmp", [ROOT_READ, TMP_WRITE], network="enabled")
 # curl through the proxy its environment names, trusting the CA bundle it names too; prints
 # what the command saw, then what the origin answered.
 SCRIPT = ('echo "token=$MY_TOKEN gh=$GH_TOKEN"; '
@@ -172,3 +177,63 @@ def test_basic_credentials_in_a_url_are_put_back_too(origin: tuple[Origin, Path]
     assert said.strip() == "origin saw /api/b", said
     scheme, encoded = served.seen[-1][2]["authorization"].split()
     assert scheme == "Basic" and base64.b64decode(encoded).decode() == f"x:{REAL}"
+
+
+def test_a_redacted_trace_holds_no_real_value(origin: tuple[Origin, Path],
+                                              tmp_path: Path) -> None:
+    served, ca = origin
+    trace = tmp_path / "trace.jsonl"
+    server = Server("asyncio", "--trace", str(trace), "--trace-redact",
+                    env={"SSL_CERT_FILE": str(ca)})
+    try:
+        _, said, _ = run(server, "t", ["bash", "-c", 'echo "$MY_TOKEN"'], {"MY_TOKEN": REAL},
+                         dict(PROXY, credentialProviders=provider(served.port)))
+    finally:
+        log = server.stop()
+    dummy = said.strip()
+    assert dummy.startswith("customsecret-") and dummy != REAL
+    text = trace.read_text()
+    assert '"credentialMasking"' in text.replace(" ", "")  # the start is there, its env filler
+    assert REAL not in text and dummy not in text and REAL not in log
+
+
+@needs_bwrap
+@pytest.mark.skipif(netns.problem() is not None, reason=netns.problem() or "")
+def test_masked_in_a_sandbox(tmp_path: Path) -> None:
+    """Sandboxed, the proxy is the command's only network: the origin (on a test host, by
+    name) sees the real value, the command the dummy, another allowed host the dummy."""
+    ca, leaf = make_ca_and_leaf(tmp_path, ["api.github.com", "other.test"])
+    spaces = netns.Namespaces()
+    address = "192.88.99.9"
+    try:
+        netns._ip("-n", spaces.host, "addr", "add", f"{address}/32", "dev", "veth1")
+        served = spaces.inside(spaces.host, lambda: Origin((address, 443), leaf))
+        hosts = tmp_path / "hosts"
+        hosts.write_text(f"127.0.0.1 localhost\n{address} api.github.com other.test\n")
+        prefix = (*spaces.prefix(), "unshare", "-m", "sh", "-c",
+                  'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts))
+        server = Server("asyncio", prefix=prefix, env={"SSL_CERT_FILE": str(ca)})
+        try:
+            client = spaces.inside(spaces.server, server.client)
+            script = ('echo "$GH_TOKEN"; for h in api.github.com other.test; do '
+                      'curl -sS --max-time 10 -H "Authorization: token $GH_TOKEN" '
+                      'https://$h/user; echo " [$?]"; done')
+            proxy = dict(PROXY, domains={"api.github.com": "allow", "other.test": "allow"})
+            reply = start(client, "g", ["bash", "-c", script], sandbox=SANDBOX,
+                          enforceManagedNetwork=True, networkProxy={"proxy": proxy},
+                          env={"PATH": "/usr/bin:/bin", "GH_TOKEN": GH_REAL})
+            out = output_of(client.events_until_closed("g", timeout=60))
+            client.close()
+        finally:
+            log = server.stop()
+            served.close()
+    finally:
+        spaces.remove()
+    assert reply.get("result", {}).get("sandboxType") == "linuxSeccomp", reply
+    said = out.get("stdout", b"").decode()
+    dummy, *answers = said.splitlines()
+    assert dummy.startswith("ghp_masked") and answers == [
+        "origin saw /user [0]", "origin saw /user [0]"], (said, out)
+    by_host = {host: headers.get("authorization") for host, _, headers in served.seen}
+    assert by_host == {"api.github.com": f"token {GH_REAL}", "other.test": f"token {dummy}"}
+    assert GH_REAL not in said and GH_REAL not in log

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import resource
 import shutil
@@ -24,6 +25,8 @@ _CAPABILITIES = {
     "networkProxyReviewDomains": False,
     # and TCP from programs that ignore its variables: `LocalBackend.network_proxy_transparent`
     "networkProxyTransparentTcp": False,
+    # the proxy as a credential broker (`_proxy._masking`), where it launches and the
+    # `cryptography` package is there for its CA
     "credentialMasking": False,
     "credentialMaskingCustomProviders": False,
     # discovery would have to run each root under the sandbox sent with it; it does not
@@ -50,6 +53,8 @@ def environment_info(network_proxy: bool = False, transparent: bool = False) -> 
     capabilities = {**_CAPABILITIES, "networkProxyLaunch": network_proxy,
                     "networkProxyReviewDomains": network_proxy,
                     "networkProxyTransparentTcp": network_proxy and transparent}
+    masking = network_proxy and importlib.util.find_spec("cryptography") is not None
+    capabilities["credentialMasking"] = capabilities["credentialMaskingCustomProviders"] = masking
     return {
         "shell": _shell(),
         "executorVersion": VERSION,

@@ -243,10 +243,10 @@ class LocalBackend:
                 listeners = _listen(private.socket, request.proxy)
                 if request.proxy.transparent_tcp:
                     listeners = self._transparent(private, listeners)
-                env, listeners = _with_proxy(request, listeners)
-                request = attrs.evolve(request, env=env)
                 if request.proxy.credential_masking:  # its CA bundle, read-only to it
                     policy = policy.capped((_masking.ca_directory(),), "read")
+                env, listeners = _with_proxy(request, listeners)
+                request = attrs.evolve(request, env=env)
             network = (None if self._host_network
                        else (lambda: private) if private is not None
                        else functools.partial(self._networks.of, request.session_id))

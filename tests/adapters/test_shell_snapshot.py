@@ -8,6 +8,7 @@ that the command then runs as sent, within the capture's bounds.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -220,5 +221,49 @@ def test_under_a_sandbox_the_capture_is_the_sandbox_s(tmp_path: Path) -> None:
         # Unsandboxed, the same scope is another capture: a sandbox's is never used outside it.
         _, third, _ = run(client, path)
         assert runs(path) == 2 and lines(third)[0] != lines(first)[0]
+    finally:
+        server.stop()
+
+
+def test_sixteen_captures_are_kept_the_least_recently_used_goes(tmp_path: Path) -> None:
+    path = home(tmp_path)
+    server = Server("asyncio")
+    try:
+        client = server.client()
+        for n in range(17):
+            run(client, path, scope=f"scope-{n}")
+        assert runs(path) == 17
+        run(client, path, scope="scope-16")
+        assert runs(path) == 17  # kept
+        run(client, path, scope="scope-0")
+        assert runs(path) == 18  # the oldest went when the 17th came
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(("shell", "profile"), [("sh", ".profile"), ("zsh", ".zprofile")])
+def test_other_shells(tmp_path: Path, shell: str, profile: str) -> None:
+    program = shutil.which(shell)
+    if program is None:
+        pytest.skip(f"{shell} is not installed")
+    path = home(tmp_path)
+    (path / profile).write_text('echo ran >> "$HOME/ran"\nexport SNAP_MARKER="m-$$"\n'
+                                "set -o noglob\n")
+    server = Server("asyncio")
+    try:
+        client = server.client()
+        outputs = []
+        for n in range(2):
+            reply = client.call("process/start", {
+                "processId": f"{shell}{n}", "argv": [program, "-lc", 'echo "$SNAP_MARKER"; '
+                                                     "set -o | grep noglob"],
+                "cwd": path.as_uri(), "env": {"PATH": "/usr/bin:/bin", "HOME": str(path)},
+                "tty": False,
+                "shellSnapshot": {"scopeId": "s", "shell": {"name": shell, "path": program}}})
+            assert "result" in reply, reply
+            out = output_of(client.events_until_closed(f"{shell}{n}"))
+            outputs.append(out.get("stdout", b"").decode())
+        assert runs(path) == 1 and outputs[0] == outputs[1], outputs
+        assert outputs[0].startswith("m-") and "on" in outputs[0], outputs
     finally:
         server.stop()

@@ -22,7 +22,7 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -42,13 +42,24 @@ from execproto.snapshot import (
 from .._loop import Loop
 from . import _posix
 
-if TYPE_CHECKING:
-    from ._children import Children
-
 log = logging.getLogger("execproto")
 
 READ_SIZE = 64 << 10
 Proceed = Callable[[Spawn], None]
+
+
+class Room(Protocol):
+    """What a capture needs of the processes room (`_children.Children`): a spawn's cgroup,
+    launch and sandbox workers, and the backend's finalize, as a command's."""
+
+    tree: Any  # a `_cgroups.Tree` or `NoTree`
+
+    @property
+    def prep(self) -> Any: ...
+    def launch(self, action: Spawn, place: str | None) -> tuple[Any, Any]: ...
+    def failed(self) -> bool: ...
+    def finalize_backend(self, proc: int, token: Any, status: str, exit_code: int | None,
+                         timed_out: bool, session_id: str, report: bool = True) -> None: ...
 
 
 @attrs.define
@@ -78,7 +89,7 @@ class _Capture:
 
 
 class Snapshots:
-    def __init__(self, loop: Loop, children: Children) -> None:
+    def __init__(self, loop: Loop, children: Room) -> None:
         self.loop = loop
         self._children = children
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first

@@ -1,7 +1,8 @@
 """A loopback TCP relay between codex and a websocket exec-server.
 
 It keeps every byte the server sent, so a test can read the server's answers (server frames are
-not masked, so their JSON is plain in the stream), and it can break the connection once, a moment
+not masked, so their JSON is plain in the stream), and every byte codex sent (`to_server`: its
+frames are masked), and it can break the connection once, a moment
 after the server first sends a given string: a network that fails mid-command.
 """
 
@@ -18,6 +19,7 @@ class Proxy:
         self.cut_after = cut_after
         self.cut_delay = cut_delay
         self.from_server = bytearray()
+        self.to_server = bytearray()
         self.connections = 0
         self.cuts = 0
         self._lock = threading.Lock()
@@ -61,6 +63,9 @@ class Proxy:
                 sink.sendall(data)
                 if from_server:
                     self._saw(data)
+                else:
+                    with self._lock:
+                        self.to_server += data
         except OSError:
             pass
         try:

@@ -1,0 +1,157 @@
+"""The programs a model expects to find on PATH: a directory, private to one server, that
+`serve` puts first on the PATH its processes inherit and names in ``prependPathDirs``.
+
+The reference (codex 0.171) does the same with two directories: a fresh one under its home
+(``tmp/arg0-linux/codex-arg0XXXXXX``, with ``apply_patch`` and ``applypatch`` links to its own
+binary, which acts on the name it is run by), then its bundled ``codex-path`` (with ``rg``);
+it announces the second only. Here one directory holds:
+
+- ``apply_patch``, running `_apply_patch` with the server's own interpreter and import path
+  (``-I``: nothing of the caller's environment, PYTHONPATH say, changes what it imports);
+- ``applypatch``, the reference's second name for it;
+- ``rg``, a link to the host's ripgrep, when the host has one.
+
+The directory is among what the server runs (`Config.protected`), so it is read-only in every
+sandbox and nothing a command writes changes what the next one runs. It lives in the temporary
+directory (or, when an operator's ``--writable-root`` takes that in, the first of the runtime
+and cache directories that no writable root does), and is removed when the server exits. One
+left by a server that was killed is removed by the next one: each holds a lock on the
+``.lock`` file in its own, so an unlocked one is nobody's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable
+
+PREFIX = "execproto-path-"
+LOCK = ".lock"
+MAX_SWEPT = 64  # stale directories removed at one start, at most
+# The program: the server's interpreter, isolated from the caller's environment (``-I``),
+# with the server's import path. A script of its own (``#!``) where the kernel can take the
+# interpreter's path there (no blank in it, and short enough); else through sh, which says
+# a word of its own when started in a directory since removed.
+HEADER = "# apply_patch for the processes of an execproto server (made by execproto serve, " \
+         "removed when it exits).\n"
+SCRIPT = "#!{python} -I\n" + HEADER + "{code}\n"
+THROUGH_SH = "#!/bin/sh\n" + HEADER + 'exec {python} -I -c {code} "$@"\n'
+CODE = ("import sys; sys.path[:] = {path!r}; "
+        "from execproto.adapters._command._apply_patch import main; sys.exit(main())")
+SHEBANG_MAX = 200  # bytes of a #! line: Linux takes 255 since 5.1, 127 before
+NAMES = ("apply_patch", "applypatch")
+
+_locks: dict[str, int] = {}  # directory made here -> its held lock's descriptor
+
+
+def make(avoid: Iterable[str] = (), rg: str | None = None) -> str:
+    """Make the directory, register its removal at exit, and return its path. ``avoid``: the
+    directories it must not be in (the operator's writable roots); ``rg``: the ripgrep to link
+    (default: the one on the server's PATH, if any)."""
+    parent = _parent(list(avoid))
+    _sweep(parent)
+    path = tempfile.mkdtemp(prefix=PREFIX, dir=parent)
+    try:
+        _lock(path)
+        program = os.path.join(path, NAMES[0])
+        with open(os.open(program, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755), "w") as file:
+            file.write(program_text())
+        for alias in NAMES[1:]:
+            os.symlink(NAMES[0], os.path.join(path, alias))
+        rg = rg or shutil.which("rg")
+        if rg:
+            os.symlink(os.path.abspath(rg), os.path.join(path, "rg"))
+        os.chmod(path, 0o755)  # readable by a process that runs as another user
+    except BaseException:
+        remove(path)
+        raise
+    atexit.register(_remove_at_exit, path, os.getpid())
+    return path
+
+
+def program_text(python: str = sys.executable) -> str:
+    code = CODE.format(path=[entry for entry in sys.path if os.path.isabs(entry)])
+    if len(python.encode()) < SHEBANG_MAX and not any(c.isspace() for c in python):
+        return SCRIPT.format(python=python, code=code)
+    return THROUGH_SH.format(python=shlex.quote(python), code=shlex.quote(code))
+
+
+def remove(path: str) -> None:
+    """Remove a directory `make` made (again is nothing)."""
+    shutil.rmtree(path, ignore_errors=True)
+    fd = _locks.pop(path, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _remove_at_exit(path: str, maker: int) -> None:
+    if os.getpid() == maker:  # not in a forked child that exits through Python
+        remove(path)
+
+
+def _parent(avoid: list[str]) -> str:
+    """Where to make the directory: the first of the usual places that no writable root
+    holds (a writable root over it would be refused at start, see `_own_files.overlap`)."""
+    from ._own_files import overlap
+
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    for candidate in (tempfile.gettempdir(), runtime, os.path.join(cache, "execproto")):
+        if not (candidate and os.path.isabs(candidate)):
+            continue
+        if any(overlap(root, [os.path.realpath(candidate)]) for root in avoid):
+            continue
+        try:
+            os.makedirs(candidate, mode=0o700, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(candidate, os.W_OK | os.X_OK):
+            return candidate
+    raise OSError("no directory to make the apply_patch directory in: the temporary, runtime "
+                  "and cache directories are all under a --writable-root, or cannot be written")
+
+
+def _lock(path: str) -> None:
+    """Hold the directory's lock for the server's life. The file is made and locked under
+    another name, then renamed: a sweep never sees the lock before it is held."""
+    making = os.path.join(path, LOCK + ".new")
+    fd = os.open(making, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    _locks[path] = fd
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.rename(making, os.path.join(path, LOCK))
+
+
+def _sweep(parent: str) -> None:
+    """Remove the directories of servers that are gone: ours by owner and name, with a lock
+    file nobody holds."""
+    swept = 0
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        if swept >= MAX_SWEPT:
+            return
+        if not entry.name.startswith(PREFIX) or entry.path in _locks:
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(
+                    follow_symlinks=False).st_uid != os.geteuid():
+                continue
+            fd = os.open(os.path.join(entry.path, LOCK), os.O_RDONLY | os.O_NOFOLLOW
+                         | os.O_CLOEXEC)
+        except OSError:
+            continue  # no lock yet (being made), or not ours to look into
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: its server is alive
+        finally:
+            os.close(fd)  # (closing also releases a lock just taken)
+        shutil.rmtree(entry.path, ignore_errors=True)
+        swept += 1

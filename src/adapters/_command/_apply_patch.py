@@ -85,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out, err = sys.stdout.buffer, sys.stderr.buffer
     if argv:
+        text = argv[0]
         try:
-            text = argv[0].encode("utf-8").decode("utf-8")  # undecodable bytes are surrogates
+            text.encode("utf-8")  # bytes that were no UTF-8 are surrogates here
         except UnicodeError:
             return _say(err, "Error: apply_patch requires a UTF-8 PATCH argument.\n", FAILED)
     else:
@@ -109,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _say(stream: BinaryIO, text: str, status: int) -> int:
-    stream.write(text.encode("utf-8", "surrogateescape"))
-    stream.flush()
+    try:
+        stream.write(text.encode("utf-8"))
+        stream.flush()
+    except OSError:  # a closed stdout, say: what was done is done, and it failed to say so
+        return FAILED
     return status
 
 

@@ -1,31 +1,32 @@
 """Codex's patch format, read and matched without touching a file: what ``apply_patch`` does
-to text, as the reference (codex 0.171) does it.
+to text, as the reference (codex 0.171) does it (measured: tests/adapters/test_apply_patch.py).
 
-The grammar (the reference's, with its leniencies)::
+The grammar, with the reference's leniencies::
 
-    patch   := "*** Begin Patch" LF hunk* "*** End Patch"
+    patch   := "*** Begin Patch" LF hunk* ["*** End Patch" LF blank*] "*** End Patch"
     hunk    := add | delete | update
     add     := "*** Add File: " path LF ("+" line LF)*
     delete  := "*** Delete File: " path LF
-    update  := "*** Update File: " path LF ["*** Move to: " path LF] chunk+
-    chunk   := ("@@" | "@@ " context) LF body+ ["*** End of File" LF]
+    update  := "*** Update File: " path LF ["*** Move to: " path LF] (blank* chunk)+
+    chunk   := ["@@" LF | "@@ " context LF] body+ ["*** End of File" LF]
     body    := (" " | "-" | "+") line LF | LF
 
-- The whole text is trimmed of whitespace first, and its lines end at LF or CRLF; the first and
-  last lines and each hunk's header line are compared trimmed.
-- The first chunk of an update may leave out its ``@@`` line; blank lines between chunks are
-  skipped; a line of a chunk that is none of the above ends it (and starts the next).
+- The text is trimmed first, and its lines end at LF or CRLF. The Begin and End lines and the
+  hunk headers are compared trimmed; an update's Move to, ``@@`` and End of File lines without
+  their trailing whitespace.
+- Only an update's first chunk may go without its ``@@`` line. Its chunks end at the next
+  hunk's header, an End Patch line or a stray End of File line; a chunk ends at a line that is
+  none of its own (and the next chunk must then start with ``@@``).
 - A patch wrapped in a heredoc (first line ``<<EOF``, ``<<'EOF'`` or ``<<"EOF"``, last line
   ending in ``EOF``) is unwrapped: a model that passes the shell's syntax as an argument.
-- Line numbers in errors count from the ``*** Begin Patch`` line, as the reference's do (so
-  they are a line off for some errors; that is the reference's text, kept).
+- Line numbers in errors count the Begin line as 1 (the heredoc's line not counted).
 
 Finding a chunk's old lines in a file tries, in order: exact lines, then lines compared without
 trailing whitespace, then without leading and trailing whitespace, then with typographic dashes,
 quotes and spaces read as their ASCII ones; the first place that matches wins, searching on
-from where the last chunk ended (from the end, for a chunk marked ``*** End of File``). A file
-keeps each line's own ending (LF or CRLF); new lines take the ending of the file's first line,
-and the result always ends with one.
+from where the last chunk ended (and only at the very end, for a chunk marked End of File). A
+file's lines end at LF, CRLF or a lone CR, and each keeps its own ending; the lines a patch
+adds take the file's first one (LF if it has none), and the result always ends with one.
 
 "Whitespace" is Rust's (`char::is_whitespace`), which is not Python's: the reference trims
 U+0085 and U+2028 but not the ASCII separators U+001C..U+001F that `str.strip` removes.

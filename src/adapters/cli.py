@@ -22,10 +22,11 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from execproto import Config
 
-from ._command import _logs, _own_files, _secrets
+from ._command import _auth_flags, _logs, _own_files, _secrets
 from ._command._errors import UsageError, leaves
 
 if TYPE_CHECKING:
+    from ._wire._auth import Authenticator
     from ._wire._listen import Listen
     from ._wire._tls import CertFiles
     from .backends import Backend
@@ -125,7 +126,7 @@ everything it asked is answered and the server stops).
 
 SIGTERM or Ctrl-C drains the server (see --drain-grace), then stops it: every process it
 started is terminated first. A second signal stops it at once; SIGHUP re-reads the token file
-and the TLS certificate.
+(or the shared secret) and the TLS certificate.
 """
 
 REPLAY = """\
@@ -166,8 +167,7 @@ def _parser(exec_options: bool = True, forward_options: bool = True) -> _Parser:
                        help="with wss://: the certificate's private key, PEM, unencrypted")
     serve.add_argument("--adapter", choices=list(ADAPTERS), default="asyncio",
                        help="the event loop to run on (default %(default)s)")
-    serve.add_argument("--auth-token-file", type=Path, metavar="FILE",
-                       help="require 'Authorization: Bearer <token>' with the token in this file")
+    _auth_flags.add_flags(serve)
     serve.add_argument("--session-ttl", type=float, default=Config().session_ttl,
                        metavar="SECONDS",
                        help="seconds a detached session may be resumed (default %(default)s)")
@@ -222,6 +222,11 @@ def _parser(exec_options: bool = True, forward_options: bool = True) -> _Parser:
                        metavar="SECONDS",
                        help="seconds a client may leave its answers unread before it is "
                             "disconnected (default %(default)s)")
+    serve.add_argument("--exit-on-stdin-close", action="store_true",
+                       help="stop when stdin reaches its end, as on the first SIGTERM (drain, "
+                            "then stop), so a server started on a pipe ends with its parent; "
+                            "for a websocket listener (with --listen stdio, stdin is the "
+                            "connection, and its end stops the server already)")
     serve.add_argument("--trace", type=Path, metavar="FILE",
                        help="record every step of the server's core to this new file, for "
                             "execproto replay")
@@ -270,7 +275,9 @@ def _why(exc: BaseException) -> str:
     return str(exc)
 
 
-def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None, CertFiles | None]:
+def _check_serve(
+    args: argparse.Namespace,
+) -> tuple[Listen, Authenticator | None, CertFiles | None]:
     from ._wire._listen import Listen, ListenError
 
     try:
@@ -278,10 +285,18 @@ def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None, CertFile
     except ListenError as exc:
         raise UsageError(str(exc)) from None
     tls = _tls_context(args, where)
-    token = None if args.auth_token_file is None else read_token(args.auth_token_file)
-    if not where.loopback and token is None:
-        raise UsageError(f"refusing to listen on {args.listen} without --auth-token-file: "
-                         "anyone who can reach it could run programs here")
+    mode = _auth_flags.mode(args)
+    if where.stdio and mode is not None:
+        raise UsageError(f"--auth {mode} needs a websocket listener (ws:// or wss://): "
+                         "--listen stdio has no upgrade to carry a token")
+    if where.stdio and args.exit_on_stdin_close:
+        raise UsageError("--exit-on-stdin-close needs a websocket listener: with --listen "
+                         "stdio, stdin is the connection, and its end stops the server already")
+    auth = _auth_flags.authenticator(args, mode)
+    if not where.loopback and auth is None:
+        raise UsageError(f"refusing to listen on {args.listen} without --auth-token-file, "
+                         "--auth-token-sha256 or --auth signed-bearer-token: anyone who can "
+                         "reach it could run programs here")
     for name in ("session_ttl", "kill_grace", "ping_interval", "retention_bytes",
                  "handshake_timeout", "send_timeout", "max_connections"):
         if getattr(args, name) <= 0:
@@ -291,7 +306,7 @@ def _check_serve(args: argparse.Namespace) -> tuple[Listen, str | None, CertFile
             raise UsageError(f"--fs-root {root} is not a directory")
     if args.trace_redact and args.trace is None:
         raise UsageError("--trace-redact needs --trace FILE")
-    return where, token, tls
+    return where, auth, tls
 
 
 def _tls_context(args: argparse.Namespace, where: Listen) -> CertFiles | None:
@@ -333,7 +348,7 @@ def _seconds(text: str) -> float:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    where, token, tls = _check_serve(args)
+    where, auth, tls = _check_serve(args)
     _own_files.forget_cwd()
     try:
         backend = _backend(args)
@@ -352,7 +367,8 @@ def _serve(args: argparse.Namespace) -> int:
     # What the server reads or writes for itself is nothing a sandbox may read, before and
     # after a rotation moves it (see _secrets).
     secrets = _secrets.denied(
-        [path for path in (args.auth_token_file, args.trace, args.tls_key) if path is not None],
+        [path for path in (args.auth_token_file, args.auth_shared_secret_file, args.trace,
+                           args.tls_key) if path is not None],
         beside=[args.tls_cert] if args.tls_cert is not None else [])
     config = Config(
         floor=getattr(backend, "floor", None),
@@ -386,6 +402,8 @@ def _serve(args: argparse.Namespace) -> int:
                      ", ".join(denied_directories))
         for warning in tls_warnings(where, address):
             log.warning("%s", warning)
+        if args.exit_on_stdin_close:
+            _stop_at_end_of_stdin()
 
     try:
         adapter = importlib.import_module(ADAPTERS[args.adapter], __package__)
@@ -394,26 +412,21 @@ def _serve(args: argparse.Namespace) -> int:
                          f"pip install 'execproto[{args.adapter}]'") from None
     sandbox = _sandbox_report(args, backend)
     trace_file = _open_trace(args.trace) if args.trace else None
-    token_file = None
-    if token is not None and args.auth_token_file is not None:
-        from ._wire._token import TokenFile
-
-        token_file = TokenFile(args.auth_token_file, token)
 
     def hang_up() -> None:  # SIGHUP: as sshd and nginx, re-read the configuration, never die
-        if token_file is not None:
-            token_file.reload()
+        reread = auth is not None and auth.reload()
         if tls is not None:
             tls.reload()
-        if token_file is None and tls is None:
-            log.info("SIGHUP: nothing to re-read (no --auth-token-file, no TLS); serving on")
+        if not reread and tls is None:
+            log.info("SIGHUP: nothing to re-read (no token or secret file, no TLS); "
+                     "serving on")
 
     try:
         adapter.run(
             args.listen,
             on_hangup=hang_up,
             config=config,
-            token=token_file.current if token_file is not None else token,
+            token=auth,
             trace=(lambda line: trace_file.write(line + "\n")) if trace_file else None,
             ready=ready,
             ping_interval=args.ping_interval,
@@ -437,6 +450,25 @@ def _serve(args: argparse.Namespace) -> int:
             except OSError:
                 pass  # the trace stopped already, and said so (see `Recorder`)
     return 0
+
+
+def _stop_at_end_of_stdin() -> None:
+    """--exit-on-stdin-close: once stdin ends (the parent that holds its pipe is gone, or
+    closed it), stop as the first SIGTERM does, whichever loop the adapter runs. Read on a
+    thread of its own, which only waits: what is read is thrown away."""
+    import signal
+    import threading
+
+    def watch() -> None:
+        try:
+            while os.read(0, 65536):
+                pass
+        except OSError as exc:  # no stdin at all (closed, or not readable): it ended
+            log.warning("stdin could not be read (%s): taken as closed", _why(exc))
+        log.info("stdin closed (--exit-on-stdin-close): stopping as on SIGTERM")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="stdin watch", daemon=True).start()
 
 
 def _fit_descriptors(config: Config) -> None:

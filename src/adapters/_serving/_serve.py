@@ -16,6 +16,7 @@ from execproto.trace import Recorder
 
 from .._files._fs import Files
 from .._loop import Loop
+from .._wire._auth import Token
 from .._wire._listen import Acceptor, Listen
 from .._wire._peer import Gate, Write, WsPeer
 from ..backends import Backend, LocalBackend, check_sandbox_type
@@ -36,7 +37,9 @@ class Options:
 
     - ``config``: the core's `Config` (limits, timeouts, the sandbox floor).
     - ``token``: the bearer token every websocket client must send, if any; or a function
-      that gives the token of the moment (``execproto serve`` re-reads its token file).
+      that gives the token of the moment (``execproto serve`` re-reads its token file); or an
+      `_wire._auth.Authenticator` that judges each upgrade's ``Authorization`` header (a
+      token known by its SHA-256, a signed JWT).
     - ``trace``: called with each line of a replayable trace (one JSON line per core call).
     - ``redact_trace``: the trace with process output and stdin replaced by filler.
     - ``ready``: called with the bound address (``ws://IP:PORT``, or ``stdio``) once clients
@@ -60,7 +63,7 @@ class Options:
     """
 
     config: Config | None = None
-    token: str | Callable[[], str] | None = None
+    token: Token = None
     trace: Callable[[str], None] | None = None
     redact_trace: bool = False
     ready: Callable[[str], None] | None = None

@@ -29,6 +29,12 @@ class Refusal:
     body: bytes  # the 401's body, one line
 
 
+# signed-bearer-token's (`_signed`) numbers, here so that the command line can name them
+# without loading PyJWT: the clock skew allowed by default, in seconds, and the least a shared
+# secret holds, in bytes once the whitespace around it is stripped; both the reference's.
+DEFAULT_SKEW = 30
+MIN_SECRET = 32
+
 # What a capability token's client is told, whatever was wrong: no more than that.
 CAPABILITY_REFUSED = b"missing or wrong bearer token\n"
 NO_TOKEN = Refusal("no bearer token", CAPABILITY_REFUSED)

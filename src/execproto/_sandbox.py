@@ -23,6 +23,10 @@ What each profile means here:
   for the adapter to expand; one that grants is ignored (it can only grant less, never more).
   A special kind the server does not know (``unknown``) that denies cannot be honoured, so the
   request is refused; one that grants is ignored.
+- Beneath every writable entry but `/`, the names in `PROTECTED` stay read-only, whatever the
+  entries say (the reference does so, measured: its sandbox makes a missing one an empty
+  read-only directory). A command could otherwise plant git hooks, a `.codex` config or
+  credentials that the next command, or the user's own tools, would trust.
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ MAX_ENTRIES = 256
 
 # The system directories a program needs (the ``minimal`` special path).
 MINIMAL = ("/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+
+# Held read-only beneath each writable entry (but `/`): repository, agent and cloud metadata.
+PROTECTED = (".git", ".agents", ".codex", ".aws")
 
 ACCESS = {"read": "read", "write": "write", "deny": "none", "none": "none"}
 NETWORK = {"restricted": False, "enabled": True}
@@ -250,6 +257,9 @@ def policy(request: SandboxRequest | None, cwd: str | None, tmpdir: str | None) 
     for entry in request.entries:
         for path in _paths(entry, cwd, roots, tmpdir):
             rules.append(PathRule(path=path, access=entry.access))
+            if entry.access == "write" and posixpath.normpath(path) != "/":
+                rules += [PathRule(path=posixpath.join(path, name), access="read")
+                          for name in PROTECTED]
         if entry.kind == "glob" and entry.access == "none":
             globs.append(entry.path if entry.path.startswith("/") or cwd is None
                          else posixpath.join(cwd, entry.path))

@@ -79,7 +79,11 @@ def test_a_tmpdir_made_a_symlink_carries_no_write_out(plain: Client,
     tmpdir, outside = places["tmp"], places["outside"]
     env = {"TMPDIR": str(tmpdir)}
     sandbox = workspace_write(str(places["workspace"]))
-    planted = run(plain, f"rm -rf {tmpdir} && ln -s {outside} {tmpdir}", sandbox, env=env)
+    # The sandbox cannot remove its tmpdir (its .git and the like are covered): a command of
+    # another, unsandboxed, plants the link where a sandbox could write.
+    kept = run(plain, f"rm -rf {tmpdir}", sandbox, env=env)
+    assert kept.exit_code != 0 and tmpdir.is_dir(), kept
+    planted = run(plain, f"rm -rf {tmpdir} && ln -s {outside} {tmpdir}", None, env=env)
     assert planted.exit_code == 0 and tmpdir.is_symlink(), planted
     ran = run(plain, f"echo x > {tmpdir}/written", sandbox, env=env)
     assert not (outside / "written").exists(), ran
@@ -113,10 +117,8 @@ def test_a_protected_subpath_made_a_symlink_uncovers_nothing(plain: Client,
     # Codex's workspace-write, its .git read-only, and the secret denied by an explicit entry.
     sandbox = workspace_write(str(workspace))
     sandbox["permissions"]["file_system"]["entries"].append(path_entry(str(secret), "none"))
-    # Planted by a command whose profile did not protect .git (in this one it is a mount).
-    plain_write = profile(str(workspace), [ROOT_READ, WORKSPACE])
-    planted = run(plain, f"rm -rf .git && ln -s {secret}/sub .git", plain_write,
-                  cwd=str(workspace))
+    # Planted by an unsandboxed command (every writable profile holds .git read-only).
+    planted = run(plain, f"rm -rf .git && ln -s {secret}/sub .git", None, cwd=str(workspace))
     assert planted.exit_code == 0 and (workspace / ".git").is_symlink(), planted
     ran = run(plain, "cat .git/key", sandbox, cwd=str(workspace))
     assert "hunter2" not in ran.stdout, ran

@@ -23,6 +23,7 @@ from execproto import INTERNAL_ERROR, INVALID_REQUEST, Policy, RpcError
 from execproto.policy import RANK, Globs, pinned
 
 from .._processes._posix import readlink
+from . import _view
 
 MAX_LINKS = 40  # as the kernel: more symlinks than this on one path is a loop (ELOOP)
 RETRIES = 8  # resolutions of one path raced by a swap before the call gives up with ELOOP
@@ -249,6 +250,9 @@ class Scope:
         policy = self.policy
         if policy is None:
             return "write"
+        fixed = _view.access(path)
+        if fixed is not None:
+            return fixed
         access = policy.access(path)
         if deep:
             below = [r.access for r in policy.rules if r.path.startswith(path.rstrip("/") + "/")]
@@ -278,7 +282,43 @@ class Scope:
         if self.roots and not any(_beneath(path, root) for root in self.roots):
             raise RpcError(INVALID_REQUEST, f"path `{shown}` is outside the allowed roots")
         if RANK[self.granted(path, deep=deep)] < RANK[need]:
+            if self.absent(path):
+                raise _error(errno.ENOENT, shown)
+            if _view.access(path) is not None:  # /proc and /dev: their modes refuse a write
+                raise _DENIED["read"]
             raise _DENIED[need]
+
+    def placeholder(self, path: str) -> None:
+        """Where ``path``'s directory is missing but a rule names it beneath a writable one, a
+        sandbox has an empty directory there that it cannot change (the stage makes one for a
+        process, `_bwrap`): refuse ``path`` as that would, read-only or denied."""
+        policy = self.policy
+        if policy is None:
+            return
+        directory = posixpath.dirname(posixpath.normpath(path))
+        rule = policy.index().get(directory)
+        if rule is None or rule.access == "write" or directory == "/":
+            return
+        if policy.access(posixpath.dirname(directory)) == "write":
+            raise _DENIED["write" if rule.access == "read" else "read"]
+
+    def absent(self, path: str) -> bool:
+        """Whether a sandboxed process would find nothing at the real ``path``: its sandbox
+        mounts only what the policy grants or denies, and the directories that lead there, so
+        a path under no rule but the root's denial is not there (the reference's answer,
+        -32004), where a path a rule denies is there and refused (-32600)."""
+        policy = self.policy
+        if policy is None:
+            return False
+        if _view.absent(path):
+            return True
+        if _view.access(path) is not None:
+            return False
+        rule = policy.rule_for(path)
+        if rule.path != "/" or rule.access != "none":
+            return False
+        inside = path.rstrip("/") + "/"
+        return not any(other.path.startswith(inside) for other in policy.rules)
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` is there as far as this scope can see: outside it, or where the
@@ -303,7 +343,12 @@ class Scope:
         if not self.confined:
             if not follow:
                 flags |= os.O_NOFOLLOW
-            return os.open(path, flags, 0o666), path
+            try:
+                return os.open(path, flags, 0o666), path
+            except FileExistsError:
+                if not (flags & os.O_EXCL and follow and os.path.islink(path)):
+                    raise
+                return os.open(os.path.realpath(path), flags, 0o666), path  # a dangling link
         where = posixpath.normpath(path)
         if "/.." in path:  # ".." after a symlink is not lexical: resolve it ourselves
             where = real(path, follow=follow)
@@ -312,7 +357,11 @@ class Scope:
             try:
                 return open_exact(where, flags, 0o666), where
             except OSError as exc:
-                if exc.errno != errno.ELOOP:
+                # O_EXCL finds a symlink there (a dangling one: the file is made where it
+                # leads, as any program's open would) before RESOLVE_NO_SYMLINKS refuses it.
+                linked = exc.errno == errno.EEXIST and flags & os.O_EXCL and follow and (
+                    os.path.islink(where))
+                if exc.errno != errno.ELOOP and not linked:
                     raise
             where = real(path, follow=follow)  # a symlink on the way, or one swapped in
         raise _error(errno.ELOOP, path)

@@ -17,6 +17,7 @@ import shutil
 import stat
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from execproto import (
@@ -33,6 +34,7 @@ from execproto.policy import PlantedLink
 from .._processes._posix import os_error_text
 from . import _envconfig, _skills
 from ._beneath import Exhausted, Scope, resolved_policy
+from ._caps import capless
 from ._copy import copy_file, copy_tree
 from ._opening import NotAFile, open_checked
 from ._walk import Abandoned, walk
@@ -104,7 +106,8 @@ class Files:
             return None, gone
         try:
             scope = self.scope(request.sandbox).budgeted()
-            return self._run[request.method](conn, request.params, scope), None
+            with capless() if scope.policy is not None else nullcontext():
+                return self._run[request.method](conn, request.params, scope), None
         except Abandoned:  # a walk whose connection closed while it ran
             return None, gone
         except Exhausted as exc:  # the call's budgets (`_beneath.MAX_GLOB_CHECKS`, `CALL_SECONDS`)
@@ -300,10 +303,11 @@ class Files:
             raise RpcError(NOT_FOUND, f"unknown file handle `{p['handleId']}`")
         fd = found[0]
         data = os.pread(fd, p["len"], p["offset"])
-        size = os.fstat(fd).st_size
         return {
             "chunk": base64.b64encode(data).decode("ascii"),
-            "eof": p["offset"] + len(data) >= size,
+            # Short of what was asked: as the reference says it, so a file whose size
+            # tells nothing (/proc's say 0) is read to its end.
+            "eof": len(data) < p["len"],
         }
 
     def _write_block(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:

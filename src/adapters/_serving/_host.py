@@ -35,7 +35,7 @@ _CAPABILITIES = {
     "capabilityDiscoveryV2": True,  # capabilities/discoverV2 (skills of $CODEX_HOME/skills)
     "environmentConfigRead": True,  # environmentConfig/read
     "httpHeaderEnvVars": True,  # http/request headers taking values from the environment
-    "sandboxedFileStreaming": False,  # fs/open streams run inside the platform sandbox
+    "sandboxedFileStreaming": True,  # fs/open streams obey the sandbox: test_fs_stream_parity.py
     "fileWriteStreaming": True,  # fs/open mode "replace" and fs/writeBlock
     "shellSnapshotV2": True,  # process/start's shellSnapshot
     "windowsMxc": False,

@@ -129,7 +129,14 @@ class LocalBackend:
     """
 
     def __init__(self, floor: Policy | None = None, bwrap: str | None = "",
-                 host_network: bool = False, pasta: str | None = "") -> None:
+                 host_network: bool = False, pasta: str | None = "",
+                 pid_namespace: str = "isolate") -> None:
+        if pid_namespace not in _bwrap.PID_NAMESPACES:
+            raise ValueError(f"pid_namespace is one of {', '.join(_bwrap.PID_NAMESPACES)}, "
+                             f"not {pid_namespace!r}")
+        # A sandbox's pid namespace: its own ("isolate") or the host's ("inherit"), as the
+        # reference's --linux-sandbox-pid-namespace (`_bwrap.PID_NAMESPACES`).
+        self._pid_namespace = pid_namespace
         # Why no sandbox can be enforced here, for the operator (None: one can).
         self._problem: str | None = None
         self._found: str | None = bwrap or None
@@ -251,7 +258,7 @@ class LocalBackend:
                        else (lambda: private) if private is not None
                        else functools.partial(self._networks.of, request.session_id))
             sandbox = _bwrap.Sandbox(self._bwrap, self.floor, self._placeholders,
-                                     network=network)
+                                     network=network, pid_namespace=self._pid_namespace)
             # The start's budget (`_bwrap.Budget`) covers the program's lookup too.
             Budget.shape(policy)
             program = self._visible_program(request, sandbox.budget)
@@ -404,7 +411,7 @@ def _usable_pasta() -> str | None:
 
 
 def bwrap_sandbox(writable_roots: Sequence[str] = (), allow_network: bool = False,
-                  host_network: bool = False) -> LocalBackend:
+                  host_network: bool = False, pid_namespace: str = "isolate") -> LocalBackend:
     """The backend of ``--sandbox bwrap``: every process sandboxed, at most the whole
     filesystem read-only but the writable roots, and no network unless allowed."""
     bwrap = shutil.which("bwrap")
@@ -414,7 +421,7 @@ def bwrap_sandbox(writable_roots: Sequence[str] = (), allow_network: bool = Fals
     if problem is not None:
         raise RuntimeError(problem)
     return LocalBackend(floor=operator_floor(writable_roots, allow_network), bwrap=bwrap,
-                        host_network=host_network)
+                        host_network=host_network, pid_namespace=pid_namespace)
 
 
 def operator_floor(writable_roots: Sequence[str], allow_network: bool) -> Policy:

@@ -100,8 +100,13 @@ PROC_HIDDEN = ("/proc/keys", "/proc/key-users")
 
 # Its own user namespace (root inside is root outside, but keyrings and per-user limits are
 # its own, and inherited mounts are locked), no nested ones, and everything else its own too.
-NAMESPACES = ("--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc",
+NAMESPACES = ("--unshare-user", "--disable-userns", "--unshare-ipc",
               "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--cap-drop", "ALL")
+# The pid namespace, the reference's `--linux-sandbox-pid-namespace`: a sandbox's own
+# ("isolate": it sees and signals only its own processes), or the host's ("inherit": its
+# /proc lists the host's processes and it may signal those of its user; for a host that is
+# the sandbox's alone). Its processes stay in their cgroup either way, killed with it.
+PID_NAMESPACES = {"isolate": ("--unshare-pid",), "inherit": ()}
 
 
 def problem(bwrap: str) -> str | None:
@@ -270,8 +275,10 @@ class Sandbox:
     """
 
     def __init__(self, bwrap: str, floor: Policy | None, placeholders: Placeholders,
-                 network: Callable[[], Network] | None = None) -> None:
+                 network: Callable[[], Network] | None = None,
+                 pid_namespace: str = "isolate") -> None:
         self._bwrap = bwrap
+        self._pids = PID_NAMESPACES[pid_namespace]
         # The network of a sandbox that may use it: the namespace it gives (its session's,
         # made at the first call), or None: the host's.
         self._network = network
@@ -313,7 +320,7 @@ class Sandbox:
                 options += ["--ro-bind-try", knob, knob]
             for listing in PROC_HIDDEN:  # an empty file (a device would be nodev here)
                 options += ["--ro-bind-data", str(self._memfd(b"")), listing]
-            options += NAMESPACES
+            options += (*NAMESPACES, *self._pids)
             if not resolved.network:
                 options.append("--unshare-net")
             # Behind the managed proxy, a named unix socket would be a way around it.

@@ -237,3 +237,48 @@ def test_masked_in_a_sandbox(tmp_path: Path) -> None:
     by_host = {host: headers.get("authorization") for host, _, headers in served.seen}
     assert by_host == {"api.github.com": f"token {GH_REAL}", "other.test": f"token {dummy}"}
     assert GH_REAL not in said and GH_REAL not in log
+
+
+def test_a_socks5_connect_to_a_bound_host_is_opened_as_the_references_is(
+        origin: tuple[Origin, Path]) -> None:
+    """Through ALL_PROXY (socks5h://), as through the HTTP proxy: the reference opens a SOCKS5
+    CONNECT to a host where a credential is bound (its log: "SOCKS MITM selected"), so the
+    origin gets the real value there; a host where none is bound is relayed, untouched."""
+    served, ca = origin
+    served.seen.clear()
+    port = served.port
+    urls = [f"https://127.0.0.1:{port}/api/s", f"https://127.0.0.1:{port}/other",
+            f"https://localhost:{port}/api/relayed"]
+    script = "; ".join(f'curl -sS --max-time 10 --proxy "$ALL_PROXY" -H "Authorization: Bearer '
+                       f'$MY_TOKEN" -w " %{{http_code}}\\n" {url} 2>&1' for url in urls)
+    server = Server("asyncio", env={"SSL_CERT_FILE": str(ca)})
+    try:
+        _, said, _ = run(server, "k", ["bash", "-c", f'echo "$MY_TOKEN $ALL_PROXY"; {script}'],
+                         {"MY_TOKEN": REAL}, dict(PROXY, credentialProviders=provider(port)))
+    finally:
+        log = server.stop()
+    dummy, proxy = said.splitlines()[0].split()
+    assert proxy.startswith("socks5h://127.0.0.1:") and dummy != REAL, said
+    assert said.splitlines()[1:] == ["origin saw /api/s 200", "origin saw /other 200",
+                                     "origin saw /api/relayed 200"], said
+    by_path = {path: headers.get("authorization") for _, path, headers in served.seen}
+    assert by_path == {"/api/s": f"Bearer {REAL}", "/other": f"Bearer {dummy}",
+                       "/api/relayed": f"Bearer {dummy}"}
+    assert REAL not in said and REAL not in log
+
+
+def test_a_socks5_connect_to_an_origin_the_server_cannot_verify_fails_and_gets_nothing(
+        origin: tuple[Origin, Path]) -> None:
+    served, _ = origin
+    served.seen.clear()
+    port = served.port
+    script = (f'curl -sS --max-time 10 --proxy "$ALL_PROXY" -H "Authorization: Bearer $MY_TOKEN"'
+              f' https://127.0.0.1:{port}/api/x 2>&1; echo " [$?]"')
+    server = Server("trio")  # the system's store only: it knows nothing of the test's CA
+    try:
+        _, said, _ = run(server, "u", ["bash", "-c", script], {"MY_TOKEN": REAL},
+                         dict(PROXY, credentialProviders=provider(port)))
+    finally:
+        server.stop()
+    assert said.strip().endswith("(1)\n [97]"), said  # curl: general failure (1) to CONNECT
+    assert not served.seen

@@ -16,6 +16,8 @@ With credential masking, a CONNECT to a host where one of the process's credenti
 the origin (verified, or the child gets 502), then answers 200 and speaks TLS to the child
 with a certificate of its CA for the host (`_authority`), and forwards each request inside as
 it forwards plain ones, over that one upstream connection, kept alive while both sides allow.
+A SOCKS5 CONNECT to such a host is handed over here once connected (`socks_tunnel`) and
+opened the same way, its SOCKS reply in place of the 200 (or of the 502).
 Every forwarded request's headers go through `substitute` (plain HTTP too: a credential
 bound to a loopback ``http://`` destination), so a dummy becomes the real value only toward
 its credential's destinations.
@@ -126,14 +128,36 @@ def parse_target(method: bytes, target: bytes) -> tuple[str, int, str] | None:
 
 class HttpClient:
     def __init__(self, hub: Hub, proc: int, sock: socket.socket, address: Any) -> None:
+        self._begin(hub, proc, Side(hub.loop, sock, hub.meter), client_label(address))
+        self._await_request()
+
+    @classmethod
+    def socks_tunnel(cls, hub: Hub, proc: int, client: Side, upstream: Side, label: str,
+                     host: str, port: int, answers: tuple[bytes, bytes],
+                     early: bytes) -> HttpClient:
+        """A SOCKS5 CONNECT to a host where a credential is bound, handed over once its
+        upstream is connected: opened as a CONNECT here is (`_open_upstream`), with the SOCKS
+        reply in place of the 200 or the 502 (``answers``: granted, refused). ``early``: what
+        the client sent ahead of the reply, its TLS's first bytes."""
+        self = cls.__new__(cls)
+        self._begin(hub, proc, client, label)
+        self._socks = (answers, early)
+        self._phase = Phase.ASKING
+        client.on_data, client.on_error = lambda data: None, self.close
+        self.upstream = upstream
+        upstream.on_error = self.close
+        self._open_upstream(host, port)
+        return self
+
+    def _begin(self, hub: Hub, proc: int, client: Side, label: str) -> None:
         self.proc = proc
         self._hub = hub
         self._limits = hub.limits
-        self._label = client_label(address)
+        self._label = label
         self._conn = h11.Connection(h11.SERVER,
                                     max_incomplete_event_size=hub.limits.header_bytes)
         self._up: h11.Connection | None = None
-        self.client: Side | TlsSide = Side(hub.loop, sock, hub.meter)
+        self.client: Side | TlsSide = client
         self.upstream: Side | TlsSide | None = None
         self._phase = Phase.HEAD
         self._closed = False
@@ -146,8 +170,10 @@ class HttpClient:
         self._credentials = hub.credentials.get(proc, ())
         # An intercepted tunnel's (host, port): its requests go to the upstream it opened.
         self._intercepted: tuple[str, int] | None = None
+        # A tunnel a SOCKS5 CONNECT asked for: its replies (granted, refused), and what the
+        # client sent ahead of them.
+        self._socks: tuple[tuple[bytes, bytes], bytes] | None = None
         hub.opened(self)
-        self._await_request()
 
     # -- a request's head ------------------------------------------------------------------------
 
@@ -273,30 +299,38 @@ class HttpClient:
         assert isinstance(raw, Side)
         self.upstream = TlsSide(raw, authority().client_context, False, host,
                                 ready=partial(self._intercept, host, port),
-                                failed=lambda why: self._fail(
-                                    502, f"cannot connect to {host}:{port}: TLS: {why}"))
+                                failed=partial(self._unverified, host, port))
         self.upstream.on_error = self.close
+
+    def _unverified(self, host: str, port: int, why: str) -> None:
+        if self._socks is not None:
+            self._last(self._socks[0][1])
+        else:
+            self._fail(502, f"cannot connect to {host}:{port}: TLS: {why}")
 
     def _intercept(self, host: str, port: int) -> None:
         """The origin is verified: answer the CONNECT, and speak TLS to the child as ``host``."""
         from ._authority import authority
 
         try:
-            for _ in range(2):  # the CONNECT's end of message, then the pause h11 makes for it
-                if self._conn.next_event() is h11.PAUSED:
-                    break
-            head = self._conn.send(h11.Response(status_code=200, headers=[],
-                                                reason=b"Connection established"))
+            if self._socks is not None:
+                (head, _), early = self._socks
+            else:
+                for _ in range(2):  # the CONNECT's end of message, then the pause h11 makes
+                    if self._conn.next_event() is h11.PAUSED:
+                        break
+                head = self._conn.send(h11.Response(status_code=200, headers=[],
+                                                    reason=b"Connection established")) or b""
+                early = bytes(self._conn.trailing_data[0])  # the child's first TLS bytes
             context = authority().server_context(host)
         except (h11.ProtocolError, OSError, ValueError):
             self.close()
             return
-        early, _ = self._conn.trailing_data  # the child's first TLS bytes, sent early
         raw = self.client
         assert isinstance(raw, Side) and self.upstream is not None
-        raw.write(head or b"")
+        raw.write(head)
         self.client = TlsSide(raw, context, True, None, ready=_nothing,
-                              failed=lambda why: self.close(), early=bytes(early))
+                              failed=lambda why: self.close(), early=early)
         self._intercepted = (host, port)
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self._limits.header_bytes)
         self.upstream.read(False)

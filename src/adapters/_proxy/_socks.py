@@ -2,6 +2,12 @@
 process may use UDP; BIND and the rest are "command not supported". The bytes are parsed by
 `_socks_wire`; a client has ``request_timeout`` from its accept to send its greeting and
 request, and at most HELD bytes of them are held.
+
+With credential masking, a CONNECT to a host where one of the process's credentials is bound
+is opened, not relayed, as the reference opens it: once connected it is handed to the HTTP
+proxy's code (`HttpClient.socks_tunnel`), which verifies the origin, replies, and speaks TLS
+to the client with its CA's certificate for the host, putting each request's dummies back
+toward their destinations. An origin it cannot verify gets the client a general failure.
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ from enum import Enum, auto
 from functools import partial
 from typing import Any
 
+from execproto.netproxy import intercepts
+
 from ._dial import Dial
+from ._http_proxy import HttpClient
 from ._hub import Hub, Verdict, client_label
 from ._relay import Relay
 from ._side import READ_SIZE, Side
@@ -63,6 +72,7 @@ class SocksClient:
         self._dial: Dial | None = None
         self._udp: UdpRelay | None = None
         self.upstream: Side | None = None
+        self._asked: Request | None = None  # the CONNECT being dialled
         self.client = Side(hub.loop, sock, hub.meter)
         self.client.on_data, self.client.on_error = self._data, self.close
         self.client.budget = lambda: HELD - len(self._buf)
@@ -116,6 +126,7 @@ class SocksClient:
         if not verdict.allow:
             self._last(reply(verdict.socks_code or Code.NOT_ALLOWED))
             return
+        self._asked = asked
         self._dial = self._hub.dial(verdict.addresses, asked.port, self._connected)
 
     def _connected(self, sock: socket.socket | None, why: str) -> None:
@@ -126,11 +137,30 @@ class SocksClient:
             return
         self.upstream = Side(self._hub.loop, sock, self._hub.meter)
         bound = sock.getsockname()
-        self.client.write(reply(Code.SUCCEEDED, bound[0], bound[1]))
+        granted = reply(Code.SUCCEEDED, bound[0], bound[1])
+        asked = self._asked
+        if asked is not None and intercepts(self._hub.credentials.get(self.proc, ()),
+                                            asked.host, asked.port):
+            self._hand_over(asked, granted)
+            return
+        self.client.write(granted)
         self.upstream.write(bytes(self._buf))  # what the client sent ahead of the reply
         self._buf.clear()
         self._phase = Phase.TUNNEL
         Relay(self.client, self.upstream, self._limits.buffer, self.close)
+
+    def _hand_over(self, asked: Request, granted: bytes) -> None:
+        """A credential is bound where this CONNECT goes: the HTTP proxy's code opens it (TLS
+        both ways, the origin verified before the reply), and this handler is done, its
+        sockets now the other's."""
+        assert self.upstream is not None
+        early = bytes(self._buf)
+        self._buf.clear()
+        self._closed = True
+        HttpClient.socks_tunnel(self._hub, self.proc, self.client, self.upstream, self._label,
+                                asked.host, asked.port,
+                                (granted, reply(Code.GENERAL_FAILURE)), early)
+        self._hub.closed(self)
 
     def _associate(self) -> None:
         local = self.client.sock.getsockname()

@@ -115,7 +115,8 @@ def add_logging(parser: argparse.ArgumentParser, default: str) -> None:
 DESCRIPTION = """\
 A server for the Codex exec-server protocol: it runs programs and reads and writes files for a
 remote client. serve runs one, exec runs a command on one, forward forwards local ports to
-one, replay checks a recorded trace.
+one, replay checks a recorded trace, apply_patch applies a Codex patch here (as the commands
+a server runs do: serve puts it first on their PATH).
 """
 
 SERVE = """\
@@ -142,9 +143,11 @@ and the replayed actions); 2 the file cannot be read or is not a trace.
 # exec's line in ``execproto --help`` when its parser is not built (the same as _exec's).
 EXEC_HELP = "run a command on an exec-server"
 FORWARD_HELP = "forward local ports to a session's network on an exec-server"
+APPLY_PATCH_HELP = "apply a Codex patch to the files here"
 
 
-def _parser(exec_options: bool = True, forward_options: bool = True) -> _Parser:
+def _parser(exec_options: bool = True, forward_options: bool = True,
+            apply_patch_options: bool = True) -> _Parser:
     """The command line's parser. Without ``exec_options`` the exec command is only a name and
     its line of help: its options are the client's, and would load it."""
     parser = _Parser(prog="execproto", description=DESCRIPTION,
@@ -201,6 +204,11 @@ def _parser(exec_options: bool = True, forward_options: bool = True) -> _Parser:
                        help="where sandboxes get no network of their own (no pasta, or "
                             "--host-network), let forward/open reach this host's loopback "
                             "(never the server's own ports)")
+    serve.add_argument("--sandbox-pid-namespace", choices=("isolate", "inherit"),
+                       default="isolate",
+                       help="a sandbox's process namespace: its own (isolate, the default) or "
+                            "the host's (inherit: it sees this host's processes and may signal "
+                            "those of its user; only where the host is the sandbox's alone)")
     serve.add_argument("--backend", metavar="MODULE:FACTORY",
                        help="a spawn backend of your own: FACTORY() returns it (MODULE may be "
                             "a file in the current directory)")
@@ -209,6 +217,10 @@ def _parser(exec_options: bool = True, forward_options: bool = True) -> _Parser:
     serve.add_argument("--path-prepend", type=_directory, action="append", default=[],
                        metavar="DIR", help="put DIR before the PATH processes inherit, and "
                        "name it in prependPathDirs; repeatable")
+    serve.add_argument("--no-apply-patch", action="store_true",
+                       help="do not put a directory holding apply_patch (execproto's) and "
+                            "this host's rg first on the PATH processes inherit and in "
+                            "prependPathDirs, as the reference does with its own")
     serve.add_argument("--ping-interval", type=float, default=30.0, metavar="SECONDS",
                        help="seconds between websocket pings (default %(default)s)")
     serve.add_argument("--handshake-timeout", type=float, default=Config().handshake_timeout,
@@ -247,6 +259,12 @@ def _parser(exec_options: bool = True, forward_options: bool = True) -> _Parser:
         add_logging(_forward.add_parser(commands), "WARNING")
     else:
         commands.add_parser("forward", help=FORWARD_HELP, add_help=False)
+    if apply_patch_options:
+        from ._command import _apply_patch
+
+        add_logging(_apply_patch.add_parser(commands), "WARNING")
+    else:
+        commands.add_parser("apply_patch", help=APPLY_PATCH_HELP, add_help=False)
 
     rerun = commands.add_parser("replay", help="replay a trace and report the first divergence",
                                 description=REPLAY,
@@ -357,8 +375,9 @@ def _serve(args: argparse.Namespace) -> int:
     except Exception as exc:  # anything the backend says about why it cannot start
         log.debug("the backend could not be made", exc_info=True)
         raise UsageError(str(exc)) from None
+    path_prepend = [*_apply_patch_directory(args), *args.path_prepend]
     # What the server runs is nothing a sandbox may write (see _own_files).
-    protected = _own_files.protected([*args.path_prepend, *_backend_files(args),
+    protected = _own_files.protected([*path_prepend, *_backend_files(args),
                                       *([args.tls_cert] if args.tls_cert else [])])
     for root in args.writable_root:
         if (overlap := _own_files.overlap(root, protected)) is not None:
@@ -380,7 +399,7 @@ def _serve(args: argparse.Namespace) -> int:
         handshake_timeout=args.handshake_timeout,
         send_timeout=args.send_timeout,
         max_connections=args.max_connections,
-        path_prepend=args.path_prepend,
+        path_prepend=path_prepend,
         forward_loopback=args.forward_loopback,
     )
     _fit_descriptors(config)
@@ -504,20 +523,40 @@ def _listen_problem(exc: BaseException) -> str | None:
     return None
 
 
+def _apply_patch_directory(args: argparse.Namespace) -> list[str]:
+    """The directory with apply_patch (and rg) that leads the PATH, as the reference's
+    codex-path and apply_patch alias do: models call both from the shell. Made where no
+    writable root is; without it (a read-only machine) the server still serves, and says so."""
+    if args.no_apply_patch:
+        return []
+    from ._command import _codex_path
+
+    try:
+        return [_codex_path.make(avoid=args.writable_root)]
+    except OSError as exc:
+        log.warning("no apply_patch directory on the PATH (--no-apply-patch silences this): "
+                    "%s", exc)
+        return []
+
+
 def _backend(args: argparse.Namespace) -> Backend | None:
     from . import backends
 
-    if args.backend and (args.sandbox != "none" or args.host_network):
-        raise UsageError("--backend and --sandbox (or --host-network) are alternatives: give one")
+    if args.backend and (args.sandbox != "none" or args.host_network
+                         or args.sandbox_pid_namespace != "isolate"):
+        raise UsageError("--backend and --sandbox (or --host-network, --sandbox-pid-namespace) "
+                         "are alternatives: give one")
     if args.backend:
         return _load_backend(args.backend)
     if args.sandbox == "bwrap":
         backend = backends.bwrap_sandbox(args.writable_root, allow_network=args.allow_network,
-                                         host_network=args.host_network)
+                                         host_network=args.host_network,
+                                         pid_namespace=args.sandbox_pid_namespace)
     elif args.writable_root or args.allow_network:
         raise UsageError("--writable-root and --allow-network need --sandbox bwrap")
     else:
-        backend = backends.LocalBackend(host_network=args.host_network)
+        backend = backends.LocalBackend(host_network=args.host_network,
+                                        pid_namespace=args.sandbox_pid_namespace)
     return backend
 
 
@@ -618,6 +657,12 @@ def _forward_command(args: argparse.Namespace) -> int:
     return _forward.run(args)
 
 
+def _apply_patch_command(args: argparse.Namespace) -> int:
+    from ._command import _apply_patch
+
+    return _apply_patch.run(args)
+
+
 def _exec_command(args: argparse.Namespace) -> int:
     from ._command import _exec
 
@@ -626,6 +671,7 @@ def _exec_command(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve, "exec": _exec_command, "replay": _replay, "forward": _forward_command,
+    "apply_patch": _apply_patch_command,
 }
 
 
@@ -640,6 +686,7 @@ NEEDS = {
     "exec": ("._command._exec",),
     "forward": ("._command._forward", "._command._exec", ".client"),
     "replay": ("execproto.trace",),
+    "apply_patch": ("._command._apply_patch",),
 }
 
 
@@ -659,7 +706,8 @@ def main(argv: list[str] | None = None) -> int:
         argv, command = argv[:split], argv[split + 1 :]
     as_json = _Parser.json_errors = _wants_json(argv)
     parser = _parser(exec_options=_command_in(argv) == "exec",
-                     forward_options=_command_in(argv) == "forward")
+                     forward_options=_command_in(argv) == "forward",
+                     apply_patch_options=_command_in(argv) == "apply_patch")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from reference import REFERENCE, WHY_MISSING
 
+from execproto import path_from_uri
 from execproto.adapters._command import _codex_path
 
 from .conftest import Server, start, uri
@@ -176,8 +177,13 @@ def ran(c: Client, process_id: str, argv: list[str], **extra: Any) -> tuple[byte
 
 
 @pytest.fixture
-def serving(adapter: str, made: str) -> Iterator[tuple[Server, str]]:
-    server = Server(adapter, "--log-level", "warning", "--path-prepend", made)
+def serving(adapter: str) -> Iterator[tuple[Server, str]]:
+    """A server with the directory it makes itself (no --no-apply-patch), and that directory:
+    the first of prependPathDirs."""
+    server = Server(adapter, "--log-level", "warning")
+    c = server.client()
+    made = path_from_uri(c.result("environment/info", {})["prependPathDirs"][0])
+    c.close()
     yield server, made
     server.stop()
 
@@ -187,6 +193,7 @@ def test_it_leads_the_inherited_path_and_is_announced(serving: tuple[Server, str
     server, made = serving
     c = server.client()
     assert c.result("environment/info", {})["prependPathDirs"] == [uri(made)]
+    assert Path(made, "apply_patch").is_file() and os.path.dirname(made) != str(tmp_path)
     out, err, code = ran(c, "path", ["sh", "-c", 'printf %s "$PATH"'], env={}, envPolicy=POLICY)
     assert out.decode().split(":")[0] == made, (out, err)
     out, err, code = ran(c, "patch", ["bash", "-c", HEREDOC], cwd=uri(str(tmp_path)), env={},
@@ -256,3 +263,20 @@ def test_the_same_heredoc_as_on_the_reference(serving: tuple[Server, str],
         reference.stop()
     assert results[1] == results[0]
     assert results[0][1] == b"Failed to delete file {WORK}/nope\n"
+
+
+def test_serve_makes_it_removes_it_and_can_do_without(adapter: str) -> None:
+    server = Server(adapter, "--log-level", "warning")
+    c = server.client()
+    made = path_from_uri(c.result("environment/info", {})["prependPathDirs"][0])
+    c.close()
+    assert os.access(Path(made, "apply_patch"), os.X_OK)
+    server.stop()
+    assert not os.path.lexists(made), "the directory outlived its server"
+    server = Server(adapter, "--log-level", "warning", "--no-apply-patch")
+    c = server.client()
+    try:
+        assert c.result("environment/info", {})["prependPathDirs"] == []
+    finally:
+        c.close()
+        server.stop()

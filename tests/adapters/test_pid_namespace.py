@@ -20,7 +20,7 @@ pytestmark = needs_bwrap
 
 @pytest.fixture(params=["isolate", "inherit"])
 def mode(request: pytest.FixtureRequest) -> Iterator[tuple[str, Server]]:
-    server = Server("asyncio", "--backend", f"tests.adapters.pid_backends:{request.param}")
+    server = Server("asyncio", "--sandbox-pid-namespace", str(request.param))
     yield str(request.param), server
     log = server.stop()
     assert "Traceback" not in log, log

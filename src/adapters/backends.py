@@ -250,8 +250,8 @@ class LocalBackend:
                 listeners = _listen(private.socket, request.proxy)
                 if request.proxy.transparent_tcp:
                     listeners = self._transparent(private, listeners)
-                if request.proxy.credential_masking:  # its CA bundle, read-only to it
-                    policy = policy.capped((_masking.ca_directory(),), "read")
+                if request.proxy.credential_masking:  # its CA bundle: readable, not writable
+                    policy = _masking.bundle_readable(policy)
                 env, listeners = _with_proxy(request, listeners)
                 request = attrs.evolve(request, env=env)
             network = (None if self._host_network

@@ -8,7 +8,8 @@ the first masking start, with the `cryptography` package (imported then, not bef
   a sandbox sees no /proc of the server's), never through the file system.
 - The child trusts the CA through a bundle, written as the reference writes its own: the
   system's roots then the CA, in ``ca-bundle-<sha256>.pem``, in a directory of this server's
-  own (`BUNDLE_BASE`), read-only to every sandbox (the backend caps it), removed at exit.
+  own (`BUNDLE_BASE`), readable and never writable in every sandbox (`_masking.bundle_readable`),
+  removed at exit.
 - Upstream, the proxy verifies each origin against the system's trust store, as any client of
   this host would (OpenSSL's default paths: ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` of the
   server's environment are honoured, as the reference's native roots honour them).
@@ -77,7 +78,9 @@ class Authority:
             .sign(self._key, hashes.SHA256())
         )
         self.ca_pem = self._cert.public_bytes(serialization.Encoding.PEM)
-        self.directory = tempfile.mkdtemp(prefix="execproto-proxy-ca-", dir=_made(BUNDLE_BASE))
+        # Its real path: a sandbox binds it there (a rule through a symlink binds nothing).
+        self.directory = os.path.realpath(
+            tempfile.mkdtemp(prefix="execproto-proxy-ca-", dir=_made(BUNDLE_BASE)))
         os.chmod(self.directory, 0o755)
         atexit.register(shutil.rmtree, self.directory, True)
         bundle = _system_roots() + self.ca_pem

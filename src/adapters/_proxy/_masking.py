@@ -15,6 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from execproto import Policy
 from execproto.netproxy import (
     UNPROTECTED,
     Brokered,
@@ -25,6 +26,7 @@ from execproto.netproxy import (
     dummy_value,
     mask_environment,
 )
+from execproto.policy import PathRule
 
 log = logging.getLogger("execproto")
 REMEMBERED = 1024
@@ -70,8 +72,18 @@ def masked(argv: Iterable[str], env: Iterable[tuple[str, str]], proxy: ProxyConf
     return tuple(child.items()), result.credentials
 
 
-def ca_directory() -> str:
-    """Where the CA bundle is (made now if need be): no sandbox may write there."""
+def bundle_readable(policy: Policy) -> Policy:
+    """A sandbox's ``policy`` with the CA bundle's directory (made now if need be) readable and
+    never writable, as the reference makes its bundle readable in a sandbox whose reads leave
+    it out. A request that denies the directory or a directory above it (`/`'s implicit
+    denial aside) keeps it denied: there the reference's child cannot read it either."""
     from ._authority import authority
 
-    return authority().directory
+    directory = authority().directory
+    denied = any(rule.access == "none" and rule.path != "/"
+                 and (directory == rule.path or directory.startswith(rule.path.rstrip("/") + "/"))
+                 for rule in policy.rules)
+    if not denied:
+        policy = Policy.of([*policy.rules, PathRule(path=directory, access="read")],
+                           policy.network, policy.deny_globs, caps=policy.caps)
+    return policy.capped((directory,), "read")

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from . import netns
-from .conftest import ADAPTERS, Server, start
+from .conftest import ADAPTERS, Server, start, uri
 from .masking_origin import Origin, make_ca_and_leaf
-from .sandboxes import needs_bwrap, profile
+from .sandboxes import needs_bwrap, path_entry, profile
 from .wsclient import Client, output_of
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
@@ -37,6 +37,7 @@ PROXY: dict[str, Any] = {
     "domains": {"127.0.0.1": "allow", "localhost": "allow"}, "credentialMasking": True,
 }
 ROOT_READ = {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}
+MINIMAL_READ = {"path": {"type": "special", "value": {"kind": "minimal"}}, "access": "read"}
 TMP_WRITE = {"path": {"type": "special", "value": {"kind": "slash_tmp"}}, "access": "write"}
 SANDBOX = profile("/tmp", [ROOT_READ, TMP_WRITE], network="enabled")
 # curl through the proxy its environment names, trusting the CA bundle it names too; prints
@@ -282,3 +283,68 @@ def test_a_socks5_connect_to_an_origin_the_server_cannot_verify_fails_and_gets_n
         server.stop()
     assert said.strip().endswith("(1)\n [97]"), said  # curl: general failure (1) to CONNECT
     assert not served.seen
+
+
+# Bash builtins only: the bundle's certificates counted, a file made beside it, a line
+# appended to it (each status printed), and what the command's PATH-less world holds.
+BUNDLE_CHECK = ('b="$SSL_CERT_FILE"; n=0; while read -r line; do [[ $line == *BEGIN* ]] && '
+                'n=$((n+1)); done < "$b"; echo "certs=$n"; : > "${b%/*}/x"; echo "create=$?"; '
+                'echo x >> "$b"; echo "append=$?"')
+
+
+def bundle_check(tmp_path: Path, entries: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    """BUNDLE_CHECK in a sandbox of ``entries`` (a writable ``work`` directory added), with
+    the server's CA bundle under ``tmp_path/run`` (its XDG_RUNTIME_DIR); what it printed, and
+    what that directory held meanwhile (its files' names)."""
+    run_dir, work = tmp_path / "run", tmp_path / "work"
+    run_dir.mkdir()
+    work.mkdir()
+    sandbox = profile(str(work), [*entries, path_entry(str(work), "write")], network="enabled")
+    server = Server("asyncio", env={"XDG_RUNTIME_DIR": str(run_dir)})
+    try:
+        client = server.client()
+        said = []
+        for process_id, script in (("probe", "true"), ("check", BUNDLE_CHECK)):
+            reply = start(client, process_id, ["bash", "-c", script], cwd=uri(str(work)),
+                          env={"PATH": "/usr/bin:/bin"}, sandbox=sandbox,
+                          enforceManagedNetwork=True, networkProxy={"proxy": PROXY})
+            assert "result" in reply, reply
+            out = output_of(client.events_until_closed(process_id, timeout=60))
+            said.append(out.get("stdout", b"").decode() + out.get("stderr", b"").decode())
+        client.close()
+        held = sorted(str(path.relative_to(run_dir)) for path in run_dir.rglob("*"))
+    finally:
+        server.stop()
+    if "execvp" in said[0]:
+        pytest.skip(f"this sandbox cannot run bash here: {said[0].strip()}")
+    return said[1], held
+
+
+def readable(said: str) -> bool:
+    """Whether the command counted certificates in the bundle (the system's roots and the CA)."""
+    return said.startswith("certs=") and int(said.split()[0].split("=")[1]) >= 1
+
+
+@needs_bwrap
+def test_the_bundle_is_readable_never_writable_under_restricted_reads(tmp_path: Path) -> None:
+    """Reads restricted to the system's directories (codex's `minimal`): the reference binds its
+    bundle read-only into such a sandbox (its child counts the certificates; appending is a
+    read-only file system), and so does execproto; the CA's key is in no file at all."""
+    said, held = bundle_check(tmp_path, [MINIMAL_READ])
+    assert readable(said) and said.splitlines()[1:3] == ["create=1", "append=1"], said
+    assert "Read-only file system" in said, said
+    directory, bundle = held
+    assert bundle.startswith(f"{directory}/ca-bundle-") and bundle.endswith(".pem"), held
+
+
+@needs_bwrap
+def test_the_bundle_is_not_writable_beneath_a_writable_directory(tmp_path: Path) -> None:
+    said, _ = bundle_check(tmp_path, [ROOT_READ, path_entry(str(tmp_path / "run"), "write")])
+    assert readable(said) and said.splitlines()[1:3] == ["create=1", "append=1"], said
+
+
+@needs_bwrap
+def test_a_request_that_denies_the_bundles_directory_keeps_it_denied(tmp_path: Path) -> None:
+    """As on the reference, whose child cannot read a bundle whose directory it was denied."""
+    said, _ = bundle_check(tmp_path, [ROOT_READ, path_entry(str(tmp_path / "run"), "none")])
+    assert said.splitlines()[0] == "certs=0" and "create=1" in said, said

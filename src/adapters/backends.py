@@ -393,7 +393,11 @@ def _with_proxy(request: SpawnSpec,
         added.items())
     if not request.proxy.credential_masking:
         return env, listeners
-    env, credentials = _masking.masked(request.argv, env, request.proxy, request.process_id)
+    try:
+        env, credentials = _masking.masked(request.argv, env, request.proxy, request.process_id)
+    except Refused:  # its CA could not be made (`_proxy._trust`): nothing listens for it
+        listeners.close()
+        raise
     return env, attrs.evolve(listeners, credentials=credentials)
 
 

@@ -7,12 +7,12 @@ the first masking start, with the `cryptography` package (imported then, not bef
   and its key are handed to it through a memfd (an anonymous file no other process can name:
   a sandbox sees no /proc of the server's), never through the file system.
 - The child trusts the CA through a bundle, written as the reference writes its own: the
-  system's roots then the CA, in ``ca-bundle-<sha256>.pem``, in a directory of this server's
-  own (`BUNDLE_BASE`), readable and never writable in every sandbox (`_masking.bundle_readable`),
-  removed at exit.
-- Upstream, the proxy verifies each origin against the system's trust store, as any client of
-  this host would (OpenSSL's default paths: ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` of the
-  server's environment are honoured, as the reference's native roots honour them).
+  trusted roots (`_trust`) then the CA, in ``ca-bundle-<sha256>.pem``, in a directory of this
+  server's own (`BUNDLE_BASE`), readable and never writable in every sandbox
+  (`_masking.bundle_readable`), removed at exit.
+- Upstream, the proxy verifies each origin against the roots `_trust` gathers as the
+  reference does (the platform's store, then the CA files and directories the server's
+  environment names), the same roots the child's bundle holds before the CA.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import tempfile
 import threading
 from collections import OrderedDict
 from typing import Any
+
+from . import _trust
 
 LEAVES = 256  # leaf contexts kept, least recently used dropped first
 CA_NAME = "execproto proxy MITM CA"
@@ -55,6 +57,7 @@ class Authority:
         from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.x509.oid import NameOID
 
+        trusted = _trust.roots(os.environ)  # first: a file that cannot serve stops here
         self._x509, self._hashes, self._ec = x509, hashes, ec
         self._serialization, self._oid = serialization, NameOID
         self._key = ec.generate_private_key(ec.SECP256R1())
@@ -83,7 +86,7 @@ class Authority:
             tempfile.mkdtemp(prefix="execproto-proxy-ca-", dir=_made(BUNDLE_BASE)))
         os.chmod(self.directory, 0o755)
         atexit.register(shutil.rmtree, self.directory, True)
-        bundle = _system_roots() + self.ca_pem
+        bundle = _trust.pem(trusted) + self.ca_pem
         self.bundle = os.path.join(self.directory,
                                    f"ca-bundle-{hashlib.sha256(bundle).hexdigest()}.pem")
         descriptor = os.open(self.bundle, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
@@ -92,7 +95,12 @@ class Authority:
             file.write(bundle)
         self._leaves: OrderedDict[str, ssl.SSLContext] = OrderedDict()
         self._lock = threading.Lock()
-        self.client_context = ssl.create_default_context()
+        self.client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, by name
+        for der in trusted:
+            try:
+                self.client_context.load_verify_locations(cadata=der)
+            except ssl.SSLError:
+                pass  # one OpenSSL will not take as a root: the reference ignores it too
         self.client_context.set_alpn_protocols(ALPN)
 
     def server_context(self, host: str) -> ssl.SSLContext:
@@ -153,25 +161,21 @@ def _made(path: str) -> str:
     return path
 
 
-def _system_roots() -> bytes:
-    """The system's trust store as PEM (the file OpenSSL's defaults name), or nothing."""
-    paths = ssl.get_default_verify_paths()
-    for candidate in (paths.cafile, paths.openssl_cafile):
-        if candidate and os.path.isfile(candidate):
-            with open(candidate, "rb") as file:
-                text = file.read()
-            return text if text.endswith(b"\n") or not text else text + b"\n"
-    return b""
-
-
 _shared: Authority | None = None
 _shared_lock = threading.Lock()
 
 
 def authority() -> Authority:
-    """This server process's CA, made at the first call (from any thread)."""
+    """This server process's CA, made at the first call (from any thread). A startup CA file
+    its environment names that cannot serve refuses the start (`backends.Refused`), and the
+    next start tries again."""
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = Authority()
+            try:
+                _shared = Authority()
+            except _trust.Unreadable as exc:
+                from ..backends import Refused
+
+                raise Refused(str(exc)) from None
         return _shared

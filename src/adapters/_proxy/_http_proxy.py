@@ -13,14 +13,14 @@ while re-framing: a chunk's header): a side is read only while the other's queue
 
 With credential masking, a CONNECT to a host where one of the process's credentials is bound
 (`intercepts`) is opened instead of tunnelled: the proxy first makes its own TLS connection to
-the origin (verified, or the child gets 502), then answers 200 and speaks TLS to the child
-with a certificate of its CA for the host (`_authority`), and forwards each request inside as
-it forwards plain ones, over that one upstream connection, kept alive while both sides allow.
-A SOCKS5 CONNECT to such a host is handed over here once connected (`socks_tunnel`) and
-opened the same way, its SOCKS reply in place of the 200 (or of the 502).
-Every forwarded request's headers go through `substitute` (plain HTTP too: a credential
-bound to a loopback ``http://`` destination), so a dummy becomes the real value only toward
-its credential's destinations.
+the origin, then answers 200 and speaks TLS to the child with a certificate of its CA for the
+host (`_authority`), and forwards each request inside as it forwards plain ones, over that one
+upstream connection, kept alive while both sides allow. An origin it cannot verify gets
+nothing: each request in the tunnel is answered the reference's 502 instead. A SOCKS5
+CONNECT to such a host is handed over here once connected (`socks_tunnel`) and opened the
+same way, its SOCKS reply in place of the 200. Every forwarded request's headers go through
+`substitute` (plain HTTP too: a credential bound to a loopback ``http://`` destination), so a
+dummy becomes the real value only toward its credential's destinations.
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding",
     b"upgrade",
 })
+
+
+# What the child reads inside an intercepted tunnel whose origin cannot serve it: the
+# reference's 502 body, word for word.
+UPSTREAM_ERROR = b"mitm upstream error"
 
 
 class Phase(Enum):
@@ -133,15 +138,14 @@ class HttpClient:
 
     @classmethod
     def socks_tunnel(cls, hub: Hub, proc: int, client: Side, upstream: Side, label: str,
-                     host: str, port: int, answers: tuple[bytes, bytes],
-                     early: bytes) -> HttpClient:
+                     host: str, port: int, granted: bytes, early: bytes) -> HttpClient:
         """A SOCKS5 CONNECT to a host where a credential is bound, handed over once its
         upstream is connected: opened as a CONNECT here is (`_open_upstream`), with the SOCKS
-        reply in place of the 200 or the 502 (``answers``: granted, refused). ``early``: what
-        the client sent ahead of the reply, its TLS's first bytes."""
+        reply (``granted``) in place of the 200. ``early``: what the client sent ahead of
+        the reply, its TLS's first bytes."""
         self = cls.__new__(cls)
         self._begin(hub, proc, client, label)
-        self._socks = (answers, early)
+        self._socks = (granted, early)
         self._phase = Phase.ASKING
         client.on_data, client.on_error = lambda data: None, self.close
         self.upstream = upstream
@@ -172,7 +176,7 @@ class HttpClient:
         self._intercepted: tuple[str, int] | None = None
         # A tunnel a SOCKS5 CONNECT asked for: its replies (granted, refused), and what the
         # client sent ahead of them.
-        self._socks: tuple[tuple[bytes, bytes], bytes] | None = None
+        self._socks: tuple[bytes, bytes] | None = None
         hub.opened(self)
 
     # -- a request's head ------------------------------------------------------------------------
@@ -303,18 +307,23 @@ class HttpClient:
         self.upstream.on_error = self.close
 
     def _unverified(self, host: str, port: int, why: str) -> None:
-        if self._socks is not None:
-            self._last(self._socks[0][1])
-        else:
-            self._fail(502, f"cannot connect to {host}:{port}: TLS: {why}")
+        """The origin could not be verified: the tunnel is opened all the same and each request
+        in it answered `UPSTREAM_ERROR`, as the reference answers (its child's TLS succeeds;
+        the origin never sees a byte of the request)."""
+        del why
+        if self.upstream is not None:
+            self.upstream.close()
+            self.upstream = None
+        self._intercept(host, port)
 
     def _intercept(self, host: str, port: int) -> None:
-        """The origin is verified: answer the CONNECT, and speak TLS to the child as ``host``."""
+        """Answer the CONNECT, and speak TLS to the child as ``host`` (the origin verified, or
+        no upstream at all: see `_unverified`)."""
         from ._authority import authority
 
         try:
             if self._socks is not None:
-                (head, _), early = self._socks
+                head, early = self._socks
             else:
                 for _ in range(2):  # the CONNECT's end of message, then the pause h11 makes
                     if self._conn.next_event() is h11.PAUSED:
@@ -327,13 +336,14 @@ class HttpClient:
             self.close()
             return
         raw = self.client
-        assert isinstance(raw, Side) and self.upstream is not None
+        assert isinstance(raw, Side)
         raw.write(head)
         self.client = TlsSide(raw, context, True, None, ready=_nothing,
                               failed=lambda why: self.close(), early=early)
         self._intercepted = (host, port)
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self._limits.header_bytes)
-        self.upstream.read(False)
+        if self.upstream is not None:
+            self.upstream.read(False)
         self._await_request()
 
     def _inner_request(self, request: h11.Request) -> None:
@@ -351,8 +361,8 @@ class HttpClient:
         if not target.startswith("/") or request.method == b"CONNECT":
             self._fail(400, "inside a tunnel, a request names a path")
             return
-        if self.upstream is None or self.upstream.closed:
-            self._fail(502, f"the connection to {host}:{port} is closed")
+        if self.upstream is None or self.upstream.closed:  # unverified, or gone since
+            self._last(plain(502, [("Content-Type", "text/plain")], UPSTREAM_ERROR))
             return
         try:
             self._forward(request, (host, port, target.split("#", 1)[0]))

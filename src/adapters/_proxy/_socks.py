@@ -7,7 +7,7 @@ With credential masking, a CONNECT to a host where one of the process's credenti
 is opened, not relayed, as the reference opens it: once connected it is handed to the HTTP
 proxy's code (`HttpClient.socks_tunnel`), which verifies the origin, replies, and speaks TLS
 to the client with its CA's certificate for the host, putting each request's dummies back
-toward their destinations. An origin it cannot verify gets the client a general failure.
+toward their destinations.
 """
 
 from __future__ import annotations
@@ -151,15 +151,13 @@ class SocksClient:
 
     def _hand_over(self, asked: Request, granted: bytes) -> None:
         """A credential is bound where this CONNECT goes: the HTTP proxy's code opens it (TLS
-        both ways, the origin verified before the reply), and this handler is done, its
-        sockets now the other's."""
+        both ways, the origin verified), and this handler is done, its sockets the other's."""
         assert self.upstream is not None
         early = bytes(self._buf)
         self._buf.clear()
         self._closed = True
         HttpClient.socks_tunnel(self._hub, self.proc, self.client, self.upstream, self._label,
-                                asked.host, asked.port,
-                                (granted, reply(Code.GENERAL_FAILURE)), early)
+                                asked.host, asked.port, granted, early)
         self._hub.closed(self)
 
     def _associate(self) -> None:

@@ -4,12 +4,14 @@ What the sandbox guarantees (docs/design.md has the whole list, and tests/adapte
 test_sandbox.py and test_mount_race.py try to break each point):
 
 - Files: the policy's rules become mounts, shallow first: `/` read-only (or absent), writable
-  rules bound read-write, read rules read-only, denied paths covered by an empty read-only tmpfs
-  (a directory) or /dev/null (a file). Every rule's path is resolved through symlinks first and
-  the resolved rule narrowed by the floor again, so a symlink planted in a writable root cannot
-  carry a write grant elsewhere. The mounts are made by `_stage`, by descriptor and through no
-  symlink, before bubblewrap runs; bubblewrap takes the staged root whole and makes no mount
-  point of its own in a place the sandbox can write.
+  rules bound read-write, read rules read-only, denied paths masked by an empty directory or
+  file of mode 000, read-only (as the reference masks them: what lies beneath is "Permission
+  denied", not missing), shown under an absent root too; there, the host's symlinks that lead
+  to what is mounted (`/bin -> usr/bin`) are made again. Every rule's path is resolved through
+  symlinks first and the resolved rule narrowed by the floor again, so a symlink planted in a
+  writable root cannot carry a write grant elsewhere. The mounts are made by `_stage`, by
+  descriptor and through no symlink, before bubblewrap runs; bubblewrap takes the staged root
+  whole and makes no mount point of its own in a place the sandbox can write.
 - What the policy lets it read it reads, `/tmp` and `/run` included; unix sockets there are
   stopped by the seccomp filter when the network is restricted (`_seccomp`).
 - Its own pid, ipc, uts, cgroup and (unless the policy allows the network) network namespaces;
@@ -36,7 +38,7 @@ from types import ModuleType
 from typing import Protocol
 
 from execproto import Policy, SpawnSpec
-from execproto.policy import PathRule, PlantedLink, deepest, pinned
+from execproto.policy import PathRule, PlantedLink, deepest, follow, pinned
 
 from . import _glob, _hold, _seccomp, _stage
 from ._posix import readlink, remove_empty_directory
@@ -302,6 +304,8 @@ class Sandbox:
                 seen = self._placeholders.removals
                 resolved = self._resolve(policy, matched)
                 root = self._mounts(resolved)
+                if root == "none":
+                    self._links(policy, resolved)
                 self.seen = [path for op, path, _ in self._ops if op != "placeholder"]
                 if self._placeholders.take(self, [rule.path for rule in resolved.rules], seen):
                     break
@@ -416,12 +420,38 @@ class Sandbox:
                     self._pin_between(parent.path, rule.path)
                     self._placeholder(rule.path)
                 continue  # else nothing there to hide, and nothing can be made there
-            if rule.access == parent.access:
-                continue  # the parent's mount already shows it so
+            if rule.access == parent.access and not (rule.access == "none" and
+                                                     parent.path == "/"):
+                continue  # the parent's mount already shows it so (a denial under an
+                # absent root is masked all the same: there, as the reference's, it is
+                # found and refused rather than missing)
             if rule.access != "write" and parent.access == "write":
                 self._pin_between(parent.path, rule.path)
             self._bind(rule.access, rule.path)
         return policy.rules[0].access
+
+    def _links(self, policy: Policy, resolved: Policy) -> None:
+        """Under an absent root, the host's symlinks on the way to what the policy shows, made
+        again where nothing shown holds them: the rules are mounted at their real paths, and
+        a program names `/bin/sh` or `/lib64/ld-linux-x86-64.so.2` (`/bin -> usr/bin` on a
+        merged-/usr system), so without them nothing could run under `minimal`. A link only
+        leads where the host's does, into what is mounted there; it grants nothing."""
+        shown = [rule.path for rule in resolved.rules[1:] if rule.access != "none"]
+        hidden = [rule.path for rule in resolved.rules[1:] if rule.access == "none"]
+        made = set()
+        for rule in policy.rules:
+            if rule.access == "none" or rule.path == "/":
+                continue
+            hops: list[tuple[str, str]] = []
+            try:
+                follow(rule.path, self.budget.readlink, hops=hops)
+            except PlantedLink:
+                pass  # a loop: the links before it are made all the same
+            for where, target in hops:
+                if where in made or _beneath(where, (*shown, *hidden, *OWN)):
+                    continue  # there already, through its mount, or hidden
+                made.add(where)
+                self._ops.append(("link", where, target))
 
     def _pin_between(self, top: str, path: str) -> None:
         """Bind every directory strictly between a writable ``top`` and a protected ``path``

@@ -28,9 +28,11 @@ or ``none``), ``1`` if a user namespace is needed (the server is not root), the 
 (``NET:USER`` descriptors) or nothing, then the operations in order (shallow first, as the
 server sorted them), three fields each:
     bind P read|write     the host's P at P
-    cover P -             an empty read-only tmpfs (a directory) or /dev/null on P
+    cover P -             P masked: an empty directory or an empty file, read-only and of
+                          mode 000 (`Stage.cover`)
     pin P -               P bound onto itself: it cannot be renamed
     placeholder P -       P made (as an empty directory) and covered
+    link P TARGET         a symlink at P to TARGET, as the host has it (a ``none`` root only)
 A ``none`` root is an empty tmpfs in which the mount points are made, read-only at the end.
 
 Only the standard library, and as little of it as will do (no json: its import costs as much
@@ -141,7 +143,7 @@ def tmpfs(read_only: bool, mode: str = "0755") -> int:
 class Stage:
     """The sandbox's root being built, attached at `STAGED`."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, masks_files: bool = False) -> None:
         self.host = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self.made_root = root == "none"  # our own tmpfs: mount points may be made anywhere
         if self.made_root:
@@ -151,7 +153,8 @@ class Stage:
             if root == "read":
                 set_attr(tree, MOUNT_ATTR_RDONLY)
         at = os.open(STAGED, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        attach(tree, at)
+        self.blank = _blank_file(at) if masks_files else None
+        attach(tree, at)  # over the blank file's tmpfs, if any: bubblewrap binds the top one
         self.root = tree  # the attached tree's root: every destination is resolved beneath it
 
     def bind(self, path: str, access: str) -> None:
@@ -170,15 +173,32 @@ class Stage:
         attach(tree, target)
 
     def cover(self, path: str, access: str = "") -> None:
-        target = self._target(path, None)
+        """A denied ``path`` masked as the reference masks it: a directory by an empty tmpfs,
+        a file by an empty file, both of mode 000 and mounted read-only. The names and the
+        contents beneath stay hidden (nothing is there), and nothing is written through it;
+        what a process meets is "Permission denied" (EACCES), not a missing path. The mode
+        binds a root server's sandbox too: its processes have no capabilities (no
+        CAP_DAC_OVERRIDE), and owning the mask does not help, as a read-only mount refuses
+        chmod."""
+        is_dir = None  # what the staged tree has there, unless it is our own
+        if self.made_root:
+            try:
+                source = openat2(self.host, path.lstrip("/"))
+            except OSError as exc:
+                self._missing_or_changed(exc, path)
+                return
+            is_dir = stat.S_ISDIR(os.fstat(source).st_mode)
+            os.close(source)
+        target = self._target(path, is_dir)
         if target is None:
             return
         if stat.S_ISDIR(os.fstat(target).st_mode):
-            attach(tmpfs(read_only=True, mode="0555"), target)
+            attach(tmpfs(read_only=True, mode="0000"), target)
             return
-        null = clone_tree(openat2(self.host, "dev/null"))
-        set_attr(null, MOUNT_ATTR_RDONLY)
-        attach(null, target)
+        assert self.blank is not None  # made in __init__, as the plan has a cover
+        mask = clone_tree(self.blank)
+        set_attr(mask, MOUNT_ATTR_RDONLY)
+        attach(mask, target)
 
     def pin(self, path: str, access: str = "") -> None:
         target = self._target(path, True)
@@ -198,6 +218,17 @@ class Stage:
                 attach(clone_tree(here), here)
             target = openat2(self.root, path.lstrip("/"))
         attach(tmpfs(read_only=True, mode="0555"), target)
+
+    def link(self, path: str, target: str) -> None:
+        """The host's symlink at ``path``, made again in our own tmpfs (its directory made
+        first); one made meanwhile by another op is left."""
+        assert self.made_root, "links are made only under an absent root"
+        directory, name = os.path.split(path.rstrip("/"))
+        parent = self._make(directory, is_dir=True)
+        try:
+            os.symlink(target, name, dir_fd=parent)
+        except FileExistsError:
+            pass
 
     def finish(self) -> None:
         if self.made_root:
@@ -260,6 +291,19 @@ class Stage:
         raise exc
 
 
+def _blank_file(at: int) -> int:
+    """An empty file of mode 000, to bind over denied files (`Stage.cover`): an O_PATH
+    descriptor of it, on a tmpfs of its own attached at ``at`` (`STAGED`) before the staged
+    root is attached over it. A file is bound only from a mount of this namespace (a detached
+    one will not do on every kernel), and there, beneath the staged root, no sandbox sees
+    it."""
+    holder = tmpfs(read_only=False)
+    attach(holder, at)
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    os.close(os.open("blank", flags, 0o000, dir_fd=holder))
+    return openat2(holder, "blank")
+
+
 def _namespace(userns: bool) -> None:
     """A private mount namespace (in a user namespace of our own when not root)."""
     uid, gid = os.geteuid(), os.getegid()
@@ -295,7 +339,7 @@ def _fresh_keyring() -> None:
 
 
 OPS = {"bind": Stage.bind, "cover": Stage.cover, "pin": Stage.pin,
-       "placeholder": Stage.placeholder}
+       "placeholder": Stage.placeholder, "link": Stage.link}
 
 
 def build(plan: list[str]) -> None:
@@ -303,7 +347,7 @@ def build(plan: list[str]) -> None:
     if joined:
         _join(joined, userns)
     _namespace(userns and not joined)
-    stage = Stage(root)
+    stage = Stage(root, masks_files="cover" in ops[0::3])
     for index in range(0, len(ops), 3):
         operation, path, access = ops[index:index + 3]
         OPS[operation](stage, path, access)

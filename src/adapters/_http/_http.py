@@ -31,6 +31,11 @@ from ._lookup import resolve, sliced
 
 MAX_REDIRECTS = 10
 REDIRECTS = (301, 302, 303, 307, 308)
+# Dropped on a redirect to another origin (scheme, host or port), as the reference's HTTP
+# library (reqwest) drops them: a credential meant for the origin the client named, from the
+# server's environment say, must not follow that origin's redirect elsewhere.
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "cookie2", "proxy-authorization",
+                                "www-authenticate"})
 # Without `timeoutMs`, each step (connect, send, a read) must progress within this many seconds:
 # a server that never answers cannot hold a call forever, and a long download is not cut off.
 IDLE_TIMEOUT = 30.0
@@ -80,12 +85,28 @@ def fetch(request: HttpRequest, cancelled: threading.Event) -> tuple[Head, Itera
         location = dict(head.headers).get("location")
         if request.follow_redirects and head.status in REDIRECTS and location:
             exchange.close()
-            url = urljoin(url, location)
+            url, previous = urljoin(url, location), url
+            if _origin(url) != _origin(previous):
+                headers = tuple((name, value) for name, value in headers
+                                if name.lower() not in CREDENTIAL_HEADERS)
             if head.status == 303 or (head.status in (301, 302) and method == "POST"):
                 method, body = "GET", None  # what every browser does, and RFC 9110 allows
             continue
         return head, exchange.body()
     raise HttpFailure(f"more than {MAX_REDIRECTS} redirects")
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """A URL's scheme, host and port (its scheme's default when it names none)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:  # a port out of range: no origin of any other URL's
+        port = -1
+    if port is None:
+        port = {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
 
 
 def sent_headers(request: HttpRequest) -> tuple[tuple[str, bytes], ...]:

@@ -115,14 +115,15 @@ def test_it_goes_where_no_writable_root_is(tmp_path: Path,
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # The cache first: Codex's workspace-write sandboxes (of any server) may write /tmp.
     directory = _codex_path.make()
     try:
-        assert os.path.dirname(directory) == str(temporary)
+        assert os.path.dirname(directory) == str(tmp_path / "cache" / "execproto")
     finally:
         _codex_path.remove(directory)
-    directory = _codex_path.make(avoid=[str(temporary)])
+    directory = _codex_path.make(avoid=[str(tmp_path / "cache")])
     try:
-        assert os.path.dirname(directory) == str(tmp_path / "cache" / "execproto")
+        assert os.path.dirname(directory) == str(temporary)
     finally:
         _codex_path.remove(directory)
     with pytest.raises(OSError, match="writable-root"):
@@ -132,6 +133,7 @@ def test_it_goes_where_no_writable_root_is(tmp_path: Path,
 def test_a_dead_servers_directory_is_swept_and_a_live_ones_kept(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # where they all go, the sweep too
     code = ("import os, sys, tempfile; tempfile.tempdir = sys.argv[1]; "
             "from execproto.adapters._command import _codex_path; "
             "print(_codex_path.make(), flush=True); {end}")
@@ -161,7 +163,8 @@ def test_the_directory_is_removed_when_the_server_exits(tmp_path: Path) -> None:
     code = ("import tempfile, sys; tempfile.tempdir = sys.argv[1]; "
             "from execproto.adapters._command import _codex_path; print(_codex_path.make())")
     made = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                          text=True, timeout=60, check=True).stdout.strip()
+                          text=True, timeout=60, check=True,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)}).stdout.strip()
     assert made.startswith(str(tmp_path)) and not os.path.lexists(made)
 
 

@@ -12,11 +12,17 @@ it announces the second only. Here one directory holds:
 - ``rg``, a link to the host's ripgrep, when the host has one.
 
 The directory is among what the server runs (`Config.protected`), so it is read-only in every
-sandbox and nothing a command writes changes what the next one runs. It lives in the temporary
-directory (or, when an operator's ``--writable-root`` takes that in, the first of the runtime
-and cache directories that no writable root does), and is removed when the server exits. One
-left by a server that was killed is removed by the next one: each holds a lock on the
-``.lock`` file in its own, so an unlocked one is nobody's.
+sandbox and nothing a command writes changes what the next one runs. It lives in the user's
+cache directory (``$XDG_CACHE_HOME/execproto`` or ``~/.cache/execproto``), else the runtime
+directory, else the temporary directory, the first that no operator's ``--writable-root``
+takes in; and is removed when the server exits. Not the temporary directory first: Codex's
+workspace-write profile makes ``/tmp`` and ``$TMPDIR`` writable, and this server holds its
+directory read-only only in its own sandboxes, so a sandbox of another server of the same
+user (or of a local ``codex``) could rewrite the program this one's processes run; the
+reference keeps its own under ``$CODEX_HOME`` for the same reason. One left by a server that
+was killed is removed by the next one: each holds a lock on the ``.lock`` file in its own, so
+an unlocked one is nobody's; what a sandbox planted in the parent is removed the same way, as
+files (a link in it is not followed, a FIFO named ``.lock`` not waited on).
 """
 
 from __future__ import annotations
@@ -96,18 +102,19 @@ def _remove_at_exit(path: str, maker: int) -> None:
 
 def _parent(avoid: list[str]) -> str:
     """Where to make the directory: the first of the usual places that no writable root
-    holds (a writable root over it would be refused at start, see `_own_files.overlap`)."""
+    holds (a writable root over it would be refused at start, see `_own_files.overlap`), the
+    shared temporary directory last (see the module's docstring)."""
     from ._own_files import overlap
 
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    for candidate in (tempfile.gettempdir(), runtime, os.path.join(cache, "execproto")):
+    for candidate in (os.path.join(cache, "execproto"), runtime, tempfile.gettempdir()):
         if not (candidate and os.path.isabs(candidate)):
             continue
         if any(overlap(root, [os.path.realpath(candidate)]) for root in avoid):
             continue
         try:
-            os.makedirs(candidate, mode=0o700, exist_ok=True)
+            os.makedirs(candidate, mode=0o755, exist_ok=True)
         except OSError:
             continue
         if os.access(candidate, os.W_OK | os.X_OK):
@@ -143,8 +150,9 @@ def _sweep(parent: str) -> None:
             if not entry.is_dir(follow_symlinks=False) or entry.stat(
                     follow_symlinks=False).st_uid != os.geteuid():
                 continue
+            # Not blocking: a FIFO planted as the lock would hold the start here for ever.
             fd = os.open(os.path.join(entry.path, LOCK), os.O_RDONLY | os.O_NOFOLLOW
-                         | os.O_CLOEXEC)
+                         | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             continue  # no lock yet (being made), or not ours to look into
         try:

@@ -16,6 +16,10 @@ So resolving tells the links apart:
 
 A cap (the server's secrets, its own files) holds at its name and at its real path.
 
+A rule that holds access back (read-only, denied) through such a planted link is another
+matter: its target can be held, but not the link, which the command may replace. The
+reference refuses the sandbox then; `crossing` finds the rule, for the adapter to do so too.
+
 The writable places are the operator's writable roots (with a floor every process is
 sandboxed, so no other sandbox wrote anywhere else) and the request's own write rules, at
 their names and at their real paths. Without a floor a client may run commands unsandboxed,
@@ -85,9 +89,7 @@ def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None) -> P
     module's docstring says (raises `PlantedLink` where a write grant would leave). Not
     narrowed by ``floor``: the caller does that, once it knows which paths exist."""
     readlink = _once_each(readlink)
-    writable = [*(floor.writable_roots() if floor is not None else ()),
-                *policy.writable_roots()]
-    writable += [follow(top, readlink)[0] for top in policy.writable_roots()]
+    writable = _writable(policy, readlink, floor)
     followed = []
     for rule in policy.rules:
         try:
@@ -109,6 +111,50 @@ def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None) -> P
             continue
         rules.append(PathRule(path=real, access=rule.access))
     return Policy.of(rules, policy.network, policy.deny_globs, caps=caps)
+
+
+def crossing(policy: Policy, readlink: Readlink,
+             floor: Policy | None = None) -> tuple[PathRule, str] | None:
+    """The first rule that holds access back (read-only or denied) whose path goes through a
+    link lying where a sandbox may write, with that link; None where no rule does. Such a
+    rule cannot be kept as the client meant it: the mount would hold the link's target, and
+    the command could replace the link itself (a `.codex` leading elsewhere becomes a
+    directory of its own, with a config the next command and the user's client trust). The
+    reference refuses the whole sandbox then, and so does execproto (`refusal`). A loop on
+    the way counts as crossing its first such link."""
+    readlink = _once_each(readlink)
+    writable = _writable(policy, readlink, floor)
+    capped = {cap.path for cap in policy.caps}  # held at both ends (`_followed_caps`)
+    for rule in policy.rules:
+        if rule.access == "write" or rule.path == "/" or rule.path in capped:
+            continue
+        hops: list[tuple[str, str]] = []
+        try:
+            follow(rule.path, readlink, writable, hops)
+        except PlantedLink:
+            pass
+        for where, _ in hops:
+            if _beneath(posixpath.dirname(where), writable):
+                return rule, where
+    return None
+
+
+# How the reference names a rule it cannot keep (`crossing`), by the rule's access.
+_HELD = {"read": "read-only", "none": "deny-read"}
+
+
+def refusal(rule: PathRule, link: str) -> str:
+    """The reference's words for a rule `crossing` found."""
+    return (f"cannot enforce sandbox {_HELD[rule.access]} path {rule.path} because it crosses "
+            f"writable symlink {link}")
+
+
+def _writable(policy: Policy, readlink: Readlink, floor: Policy | None) -> list[str]:
+    """Where a sandbox may write (the module's docstring): the floor's and the request's
+    writable roots, the request's at their real paths too."""
+    writable = [*(floor.writable_roots() if floor is not None else ()),
+                *policy.writable_roots()]
+    return writable + [follow(top, readlink)[0] for top in policy.writable_roots()]
 
 
 def _once_each(readlink: Readlink) -> Readlink:

@@ -10,8 +10,9 @@ the rules taken to their real paths without trusting a symlink a sandbox could h
 from __future__ import annotations
 
 from ._globs import ANY_DIRECTORIES, Globs, denies, name_matches, parts
-from ._links import PlantedLink, Readlink, follow, pinned
+from ._links import PlantedLink, Readlink, crossing, follow, pinned, refusal
 from ._policy import RANK, PathRule, Policy, deepest
 
 __all__ = ["ANY_DIRECTORIES", "RANK", "Globs", "PathRule", "PlantedLink", "Policy", "Readlink",
-           "deepest", "denies", "follow", "name_matches", "parts", "pinned"]
+           "crossing", "deepest", "denies", "follow", "name_matches", "parts", "pinned",
+           "refusal"]

@@ -209,9 +209,15 @@ class Scope:
     """What one fs call may touch: inside ``roots`` (``--fs-root``, real paths; none: anywhere)
     and where ``policy`` grants (None: no sandbox). Every open goes through here."""
 
-    def __init__(self, roots: Sequence[str] = (), policy: Policy | None = None) -> None:
+    def __init__(self, roots: Sequence[str] = (), policy: Policy | None = None,
+                 unkept: str | None = None, unkept_for: Sequence[str] = ()) -> None:
         self.roots = tuple(roots)
         self.policy = policy
+        # Why the policy cannot be kept as asked (`execproto.policy.crossing`), if so: a call
+        # needing one of ``unkept_for`` fails saying it, as a sandboxed process fails to
+        # start, and as the reference's calls that run in its sandbox do (`Files.scope`).
+        self.unkept = unkept
+        self.unkept_for = tuple(unkept_for)
         self.confined = bool(roots) or policy is not None
         self._globs: Globs | None = None  # the deny patterns, compiled at the first check
         self._began: float | None = None  # the call's thread's processor time, once budgeted
@@ -279,6 +285,8 @@ class Scope:
 
     def check(self, shown: str, path: str, need: str, *, deep: bool = False) -> None:
         """Refuse ``need`` at the real ``path`` (``shown``: as the client named it)."""
+        if self.unkept is not None and need in self.unkept_for:
+            raise RpcError(INTERNAL_ERROR, self.unkept)
         if self.roots and not any(_beneath(path, root) for root in self.roots):
             raise RpcError(INVALID_REQUEST, f"path `{shown}` is outside the allowed roots")
         if RANK[self.granted(path, deep=deep)] < RANK[need]:

@@ -29,9 +29,9 @@ from execproto import (
     RpcError,
     uri_from_path,
 )
-from execproto.policy import PlantedLink
+from execproto.policy import PlantedLink, crossing, refusal
 
-from .._processes._posix import os_error_text
+from .._processes._posix import os_error_text, readlink
 from . import _envconfig, _skills
 from ._beneath import Exhausted, Scope, resolved_policy
 from ._caps import capless
@@ -44,6 +44,15 @@ MAX_READ_FILE = 64 << 20  # fs/readFile answers in one message; bigger files go 
 
 def _refused(message: str) -> RpcError:
     return RpcError(INVALID_REQUEST, message)
+
+
+def _reads_sandboxed(policy: Policy) -> bool:
+    """Whether the reference reads under ``policy`` in its sandbox, so that a sandbox it
+    cannot set up fails its reads too: a root it may not read, or a path or pattern denied
+    (the server's own secrets, `Policy.caps`, are execproto's, not the client's)."""
+    capped = {cap.path for cap in policy.caps}
+    return (policy.rules[0].access == "none" or bool(policy.deny_globs)
+            or any(rule.access == "none" and rule.path not in capped for rule in policy.rules))
 
 
 def _os_error(exc: OSError) -> RpcError:
@@ -95,7 +104,11 @@ class Files:
             resolved = None if policy is None else resolved_policy(policy, self._floor)
         except PlantedLink as exc:
             raise _refused(str(exc)) from None
-        return Scope(self._roots, resolved)
+        crossed = None if policy is None else crossing(policy, readlink, self._floor)
+        if policy is None or crossed is None:
+            return Scope(self._roots, resolved)
+        return Scope(self._roots, resolved, unkept=refusal(*crossed),
+                     unkept_for=("read", "write") if _reads_sandboxed(policy) else ("write",))
 
     def run(self, conn: int, request: FsRequest) -> tuple[Any, RpcError | None]:
         """(result, None) or (None, error). Never raises for what the request did. A call

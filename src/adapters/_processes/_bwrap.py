@@ -38,7 +38,15 @@ from types import ModuleType
 from typing import Protocol
 
 from execproto import Policy, SpawnSpec
-from execproto.policy import PathRule, PlantedLink, deepest, follow, pinned
+from execproto.policy import (
+    PathRule,
+    PlantedLink,
+    crossing,
+    deepest,
+    follow,
+    pinned,
+    refusal,
+)
 
 from . import _glob, _hold, _seccomp, _stage
 from ._posix import readlink, remove_empty_directory
@@ -298,6 +306,9 @@ class Sandbox:
     def command(self, policy: Policy, spec: SpawnSpec, program: str) -> list[str]:
         try:
             Budget.shape(policy)
+            crossed = crossing(policy, self.budget.readlink, self._floor)
+            if crossed is not None:
+                return self._refused(policy, spec, refusal(*crossed))
             matched = self._expand(policy)
             for _ in range(MAX_TRIES):
                 self._ops, self._missing, self._pinned, self.made = [], set(), set(), set()
@@ -350,6 +361,14 @@ class Sandbox:
             return argv + ["/bin/bash", "-c", 'exec -a "$0" "$@"', spec.arg0, program,
                            *spec.argv[1:]]
         return argv + list(spec.argv)
+
+    def _refused(self, policy: Policy, spec: SpawnSpec, why: str) -> list[str]:
+        """The command for a sandbox that cannot be set up as asked (`crossing`): the stage
+        fails with ``why`` before it makes anything, so the process starts and exits 1 saying
+        so, as the reference's does (its sandboxDenied is true: the words name the sandbox)."""
+        plan = ["read", "", "", "refuse", why, ""]
+        plan_fd = self._memfd(b"\0".join(map(os.fsencode, plan)))
+        return [*STAGE.argv(self.fds), str(plan_fd), self._bwrap, "--", *spec.argv]
 
     def _join(self) -> str:
         """The network's descriptors for the stage to join, as ``NET:USER``."""

@@ -33,6 +33,8 @@ server sorted them), three fields each:
     pin P -               P bound onto itself: it cannot be renamed
     placeholder P -       P made (as an empty directory) and covered
     link P TARGET         a symlink at P to TARGET, as the host has it (a ``none`` root only)
+    refuse WHY -          (alone) fail with WHY before anything is made: the server found
+                          the sandbox cannot be kept as asked
 A ``none`` root is an empty tmpfs in which the mount points are made, read-only at the end.
 
 Only the standard library, and as little of it as will do (no json: its import costs as much
@@ -75,7 +77,8 @@ STAGED = "/dev/shm"
 
 
 class Changed(Exception):
-    """A path is not what the server saw: the start fails rather than mount through it."""
+    """A path is not what the server saw (or the server found the sandbox cannot be kept as
+    asked): the start fails rather than mount through it."""
 
 
 class _OpenHow(ctypes.Structure):
@@ -344,6 +347,8 @@ OPS = {"bind": Stage.bind, "cover": Stage.cover, "pin": Stage.pin,
 
 def build(plan: list[str]) -> None:
     root, userns, joined, ops = plan[0], bool(plan[1]), plan[2], plan[3:]
+    if ops[:1] == ["refuse"]:
+        raise Changed(ops[1])
     if joined:
         _join(joined, userns)
     _namespace(userns and not joined)

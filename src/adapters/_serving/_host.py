@@ -39,8 +39,10 @@ _CAPABILITIES = {
     "fileWriteStreaming": True,  # fs/open mode "replace" and fs/writeBlock
     "shellSnapshotV2": True,  # process/start's shellSnapshot
     "windowsMxc": False,
-    "linuxRootWritePreservesDevices": False,
-    "linuxApprovedRootWritePreservesRestrictions": False,
+    # a writable root keeps /dev, /dev/shm, /dev/pts and terminals, its read-only and denied
+    # paths, and refuses a restriction through a replaceable link: test_root_write_devices.py
+    "linuxRootWritePreservesDevices": True,
+    "linuxApprovedRootWritePreservesRestrictions": True,
 }
 
 

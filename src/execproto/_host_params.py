@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _sandbox
 from ._errors import invalid_params
 from ._fields import Fields, text, wrong_type
 from ._fs_params import as_struct, short_struct
@@ -53,15 +54,18 @@ def discover_v2(raw: Any) -> dict[str, Any]:
     short_struct(raw, "DiscoverV2CapabilitiesRequest", _DISCOVER_V2_FIELDS, 1)
     if cwd is None:
         raise invalid_params("missing field `cwd`")
-    return {"cwd": cwd}
+    # The skills are read as an fs call with this sandbox reads (the server narrows it).
+    return {"cwd": cwd, "sandbox": _sandbox.parse(f.raw("sandbox"), for_fs=True)}
 
 
-def _root(value: Any) -> dict[str, str]:
+def _root(value: Any) -> dict[str, Any]:
+    """A root to scan, and the sandbox it is scanned under (None: the server's own scope)."""
     f = Fields(value, "WireCapabilityRoot")
-    return {"id": f.text("id"), "path": path_from_uri(f.text("path"))}
+    return {"id": f.text("id"), "path": path_from_uri(f.text("path")),
+            "sandbox": _sandbox.parse(f.raw("sandbox"), for_fs=True)}
 
 
-def _roots(value: Any) -> tuple[dict[str, str], ...]:
+def _roots(value: Any) -> tuple[dict[str, Any], ...]:
     if not isinstance(value, list):
         raise wrong_type(value, "a sequence")
     return tuple(_root(item) for item in value)

@@ -28,7 +28,7 @@ from ._errors import (
 from ._fields import Fields, text, wrong_type
 from ._jsonrpc import Id, encode_notification
 from ._paths import path_from_uri
-from ._policy import narrow
+from ._policy import Policy, narrow
 from ._sandbox import SandboxRequest
 from ._session import Connection, Session
 from ._state import CoreState
@@ -242,14 +242,15 @@ class ServiceHandlers(CoreState):
         parsed: tuple[FsRequest, SandboxRequest | None],
     ) -> None:
         request, asked = parsed
-        if asked is not None and asked.dynamic and asked.cwd is None:
-            raise invalid_params(
-                "file system sandbox context with dynamic permissions requires cwd")
-        cwd = asked.cwd if asked is not None else None
-        asked_policy = _sandbox.policy(asked, cwd, self.host.env.get("TMPDIR"))
-        policy = narrow(self.config.floor, asked_policy, self.config.secrets,
-                        self.config.protected)
-        request = attrs.evolve(request, sandbox=policy)
+        if request.method == "capabilities/discoverV2":  # its sandbox is among its params
+            params = dict(request.params)
+            asked = params.pop("sandbox")
+            request = attrs.evolve(request, params=params)
+        request = attrs.evolve(request, sandbox=self._fs_policy(asked))
+        if request.method == "capabilityRoots/discoverV1":  # each root under its own sandbox
+            roots = tuple({**root, "sandbox": self._fs_policy(root["sandbox"])}
+                          for root in request.params["roots"])
+            request = attrs.evolve(request, params={**request.params, "roots": roots})
         handle_id = request.params.get("handleId")
         if request.method == "fs/walk":
             _fs_params.walk_limits(request.params)
@@ -276,6 +277,17 @@ class ServiceHandlers(CoreState):
         self._ops[op] = _Op(c.conn, msg_id, request)
         c.ops.add(op)
         self._emit(RunFs(op=op, conn=c.conn, request=request))
+
+    def _fs_policy(self, asked: SandboxRequest | None) -> Policy | None:
+        """What an fs call asking for ``asked`` may touch: the client's sandbox, narrowed by
+        the operator's floor, secrets and protected paths."""
+        if asked is not None and asked.dynamic and asked.cwd is None:
+            raise invalid_params(
+                "file system sandbox context with dynamic permissions requires cwd")
+        cwd = asked.cwd if asked is not None else None
+        asked_policy = _sandbox.policy(asked, cwd, self.host.env.get("TMPDIR"))
+        return narrow(self.config.floor, asked_policy, self.config.secrets,
+                      self.config.protected)
 
     def _on_fs_completed(self, event: FsCompleted) -> None:
         entry = self._take_entry(event.op)

@@ -218,7 +218,7 @@ def test_discovery_runs_in_the_adapter(h: Harness) -> None:
     assert [run.request for run in h.of_type(RunFs)] == [
         FsRequest(method="capabilities/discoverV2", params={"cwd": "/tmp/p"}),
         FsRequest(method="capabilityRoots/discoverV1",
-                  params={"roots": ({"id": "r", "path": "/tmp/p"},)}),
+                  params={"roots": ({"id": "r", "path": "/tmp/p", "sandbox": None},)}),
     ]
 
 

@@ -102,3 +102,43 @@ def test_a_redirect_to_another_origin_drops_the_credential_headers(
     finally:
         client.close()
         reference.stop()
+
+
+def _other_schemes(client: Any, first: int, second: int) -> list[Any]:
+    said = []
+    for target in (f"ftp://127.0.0.1:{second}/landed", "file:///etc/hostname"):
+        _Origin.seen.clear()
+        reply = client.call("http/request", {
+            "method": "GET", "url": f"http://127.0.0.1:{first}/go?to={target}",
+            "requestId": "r", "headers": HEADERS}, timeout=20)
+        said.append((reply.get("error") or reply["result"]["status"],
+                     [path for _, path, _ in _Origin.seen]))
+    return said
+
+
+def test_a_redirect_to_another_scheme_is_refused(
+        origins: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Followed as plain HTTP, ``ftp://host:port/`` took the executor's x-token there."""
+    monkeypatch.setenv("ATTACK_MCP_TOKEN", SECRET)
+    server = Server("asyncio")
+    client = server.client()
+    try:
+        said = _other_schemes(client, *origins)
+    finally:
+        client.close()
+        server.stop()
+    refused = "http/request failed: redirect target uses unsupported URL scheme: {}"
+    assert said == [
+        ({"code": -32603, "message": refused.format("ftp")},
+         [f"/go?to=ftp://127.0.0.1:{origins[1]}/landed"]),  # the redirect's origin only
+        ({"code": -32603, "message": refused.format("file")}, ["/go?to=file:///etc/hostname"]),
+    ], said
+    if REFERENCE is None:
+        return
+    reference = Reference(REFERENCE)
+    client = reference.client()
+    try:
+        assert _other_schemes(client, *origins) == said
+    finally:
+        client.close()
+        reference.stop()

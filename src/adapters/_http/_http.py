@@ -86,6 +86,9 @@ def fetch(request: HttpRequest, cancelled: threading.Event) -> tuple[Head, Itera
         if request.follow_redirects and head.status in REDIRECTS and location:
             exchange.close()
             url, previous = urljoin(url, location), url
+            scheme = urlsplit(url).scheme.lower()
+            if scheme not in ("http", "https"):  # the reference's words, and its refusal
+                raise HttpFailure(f"redirect target uses unsupported URL scheme: {scheme}")
             if _origin(url) != _origin(previous):
                 headers = tuple((name, value) for name, value in headers
                                 if name.lower() not in CREDENTIAL_HEADERS)

@@ -40,8 +40,11 @@ CAPTURE_SECONDS = 10.0
 # MAX_ATTEMPTS times in all; meanwhile (and after) the scope's commands run as sent.
 RETRY_SECONDS = 1.0
 MAX_ATTEMPTS = 3
-# Captures kept, least recently used first out (each at most MAX_CAPTURE_BYTES).
+# Captures kept, least recently used first out (each at most MAX_CAPTURE_BYTES); one session
+# keeps at most MAX_SESSION_CACHED, and a full cache gives way from the session holding the
+# most, so one client's many scopes never evict the others' captures.
 MAX_CACHED = 16
+MAX_SESSION_CACHED = 8
 CHUNK_BYTES = 60 << 10
 STATE_VARIABLE = "__EXECPROTO_SHELL_STATE_"
 # Variables a shell sets for itself: the captured values would be stale.

@@ -2,8 +2,8 @@
 
 The core decides when a start runs from a snapshot and what one capture serves
 (`ShellSnapshot.key`); the adapter runs the capture (`capture_spec`, read by `read_capture`),
-within the bounds below, keeps at most MAX_CACHED of them, and spawns `replay_spec` instead of
-the command, or the command as sent when no capture works.
+within the bounds below, keeps at most MAX_CACHED of them (MAX_SESSION_CACHED a session), and
+spawns `replay_spec` instead of the command, or the command as sent when no capture works.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from ._snapshot_shells import (
     MAX_ATTEMPTS,
     MAX_CACHED,
     MAX_CAPTURE_BYTES,
+    MAX_SESSION_CACHED,
     RETRY_SECONDS,
     Captured,
     capture_spec,
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_ATTEMPTS",
     "MAX_CACHED",
     "MAX_CAPTURE_BYTES",
+    "MAX_SESSION_CACHED",
     "RETRY_SECONDS",
     "Captured",
     "ShellSnapshot",

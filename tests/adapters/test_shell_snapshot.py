@@ -225,18 +225,25 @@ def test_under_a_sandbox_the_capture_is_the_sandbox_s(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_sixteen_captures_are_kept_the_least_recently_used_goes(tmp_path: Path) -> None:
+def test_a_session_keeps_eight_and_cannot_evict_another_sessions(tmp_path: Path) -> None:
+    """The cache is shared: a session keeps at most 8 captures (its least recently used goes),
+    so one client's many scopes never cost another its captures."""
     path = home(tmp_path)
     server = Server("asyncio")
     try:
-        client = server.client()
-        for n in range(17):
-            run(client, path, scope=f"scope-{n}")
-        assert runs(path) == 17
-        run(client, path, scope="scope-16")
-        assert runs(path) == 17  # kept
-        run(client, path, scope="scope-0")
-        assert runs(path) == 18  # the oldest went when the 17th came
+        mine, flood = server.client(), server.client()
+        for n in range(4):
+            run(mine, path, scope=f"mine-{n}")
+        for n in range(20):
+            run(flood, path, scope=f"flood-{n}")
+        assert runs(path) == 24
+        for n in range(4):
+            run(mine, path, scope=f"mine-{n}")
+        assert runs(path) == 24  # all kept
+        run(flood, path, scope="flood-19")
+        assert runs(path) == 24  # kept: among its newest 8
+        run(flood, path, scope="flood-0")
+        assert runs(path) == 25  # gone when its 9th came
     finally:
         server.stop()
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -32,6 +32,7 @@ from execproto.snapshot import (
     MAX_ATTEMPTS,
     MAX_CACHED,
     MAX_CAPTURE_BYTES,
+    MAX_SESSION_CACHED,
     RETRY_SECONDS,
     Captured,
     capture_spec,
@@ -113,8 +114,7 @@ class Snapshots:
             entry.attempts += 1
             start = True
         self._entries[snapshot.key] = entry
-        while len(self._entries) > MAX_CACHED:  # a capture still running goes on for its starts
-            self._entries.popitem(last=False)
+        self._evict(entry.session_id)
         if start:
             entry.waiting = []
         if entry.waiting is not None:
@@ -123,6 +123,20 @@ class Snapshots:
             proceed(_replayed(action, entry.captured))
         if start:
             self._capture(entry, action)
+
+    def _evict(self, session_id: str) -> None:
+        """Keep the cache within its bounds: a session over its share gives up its least
+        recently used, and a full cache the least recently used of the session holding the
+        most. A capture still running goes on for the starts waiting on it."""
+        def oldest_of(owner: str) -> str:
+            return next(key for key, entry in self._entries.items() if entry.session_id == owner)
+
+        held = Counter(entry.session_id for entry in self._entries.values())
+        if held[session_id] > MAX_SESSION_CACHED:
+            del self._entries[oldest_of(session_id)]
+        while len(self._entries) > MAX_CACHED:
+            held = Counter(entry.session_id for entry in self._entries.values())
+            del self._entries[oldest_of(held.most_common(1)[0][0])]
 
     def forget(self, session_id: str) -> None:
         """The session is gone: so are its captures (none can serve another session)."""

@@ -328,6 +328,32 @@ class Scope:
         inside = path.rstrip("/") + "/"
         return not any(other.path.startswith(inside) for other in policy.rules)
 
+    def seen_as(self, path: str) -> str:
+        """What a sandboxed process finds at the real ``path``: "absent" (nothing, as
+        `absent` says, or nothing on the host), "masked" (a denial's empty mode-000 mask: to
+        list or read it is EACCES), "leading" (a directory its sandbox makes only to lead to
+        the rules beneath, holding just their names: `leading_to`), or "shown" (the host's,
+        as far as the policy reads)."""
+        if self.absent(path) or not os.path.lexists(path):
+            return "absent"
+        if self.policy is None or RANK[self.granted(path)] >= RANK["read"]:
+            return "shown"
+        rule = self.policy.rule_for(path)
+        leading = rule.path == "/" and rule.access == "none" and _view.access(path) is None
+        if leading and not (self.policy.deny_globs and self._denies(path)):
+            return "leading"
+        return "masked"
+
+    def leading_to(self, path: str) -> list[str]:
+        """The names in a "leading" directory (`seen_as`): the next component of each rule
+        beneath it whose path is there on the host, sorted bytewise."""
+        assert self.policy is not None
+        inside = path.rstrip("/") + "/"
+        names = {rule.path[len(inside):].split("/")[0] for rule in self.policy.rules
+                 if rule.path.startswith(inside)}
+        return sorted((name for name in names if os.path.lexists(inside + name)),
+                      key=os.fsencode)
+
     def exists(self, path: str) -> bool:
         """Whether ``path`` is there as far as this scope can see: outside it, or where the
         policy grants nothing, nothing is, so asking tells nothing about what lies there."""

@@ -95,7 +95,8 @@ class Files:
             "fs/close": self._close,
             "environmentConfig/read": lambda conn, p, scope: _envconfig.read(p, scope),
             "capabilities/discoverV2": lambda conn, p, scope: _skills.discover_home(p, scope),
-            "capabilityRoots/discoverV1": lambda conn, p, scope: _skills.discover_roots(p, scope),
+            "capabilityRoots/discoverV1": lambda conn, p, scope: _skills.discover_roots(
+                p, self.scope),
         }
 
     def scope(self, policy: Policy | None) -> Scope:

@@ -29,8 +29,8 @@ _CAPABILITIES = {
     # `cryptography` package is there for its CA
     "credentialMasking": False,
     "credentialMaskingCustomProviders": False,
-    # discovery would have to run each root under the sandbox sent with it; it does not
-    "capabilityDiscoverySandbox": False,
+    # discovery scans each root under the sandbox sent with it: test_discovery_sandbox.py
+    "capabilityDiscoverySandbox": True,
     "fsWatchMissing": True,  # fs/watchMissing and fs/missingChanged
     "capabilityDiscoveryV2": True,  # capabilities/discoverV2 (skills of $CODEX_HOME/skills)
     "environmentConfigRead": True,  # environmentConfig/read

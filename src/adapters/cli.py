@@ -275,17 +275,6 @@ def _parser(exec_options: bool = True, forward_options: bool = True,
     return parser
 
 
-def read_token(path: Path) -> str:
-    """The bearer token in ``--auth-token-file``."""
-    try:
-        token = path.read_text().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--auth-token-file {path}: {_why(exc)}") from None
-    if not token:
-        raise UsageError(f"--auth-token-file {path} holds no token")
-    return token
-
-
 def _why(exc: BaseException) -> str:
     """An OS error without the errno and path noise: 'No such file or directory'."""
     if isinstance(exc, OSError) and exc.strerror:

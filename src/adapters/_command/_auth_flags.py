@@ -24,6 +24,7 @@ import argparse
 from pathlib import Path
 
 from .._wire._auth import DEFAULT_SKEW, MIN_SECRET, Authenticator, CapabilityToken, sha256_hex
+from .._wire._token import read_secret as read_secret_text
 from ._errors import UsageError
 
 CAPABILITY, SIGNED = "capability-token", "signed-bearer-token"
@@ -119,8 +120,8 @@ def read_secret(path: Path, flag: str) -> str:
     """The secret in ``path``, its surrounding whitespace stripped (as the reference reads
     it), or UsageError naming ``flag``."""
     try:
-        secret = path.read_text().strip()
-    except (OSError, UnicodeDecodeError) as exc:
+        secret = read_secret_text(path)
+    except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(f"{flag} {path}: {why}") from None
     if not secret:

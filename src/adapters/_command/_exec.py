@@ -171,7 +171,7 @@ def _check_ca_file(path: Path, tls: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import read_token  # here, not at the top: cli imports this module
+    from ._auth_flags import read_secret
 
     argv = args.argv
     if not argv:
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if args.ca_file is not None:
         _check_ca_file(args.ca_file, tls)
-    token = read_token(args.auth_token_file) if args.auth_token_file else None
+    token = read_secret(args.auth_token_file, "--auth-token-file") if args.auth_token_file else None
     if args.tty and "TERM" in os.environ:
         env.setdefault("TERM", os.environ["TERM"])
     session = _Session(args, argv, env, token, terminal=args.tty and os.isatty(0))

@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     import anyio
 
     from .._client._wsclient import HandshakeRefused, NotWebSocket, parse_url
-    from ..cli import read_token
     from ..client import ExecError
+    from ._auth_flags import read_secret
     from ._errors import leaves
     from ._exec import _check_ca_file, _why
 
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if args.ca_file is not None:
         _check_ca_file(args.ca_file, tls)
-    token = read_token(args.auth_token_file) if args.auth_token_file else None
+    token = read_secret(args.auth_token_file, "--auth-token-file") if args.auth_token_file else None
     try:
         return anyio.run(_Forwarder(args, pairs, token).run)
     except BaseException as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +28,27 @@ def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+# A secret is a line, not a document: a file larger than this is not one, and reading it
+# whole would let whoever can write it grow the server.
+MAX_SECRET_FILE = 64 << 10
+
+
+def read_secret(path: str | Path) -> str:
+    """The text of a secret file, stripped. Only a regular file, opened without blocking (a
+    FIFO put in its place must not hang the server) and read up to MAX_SECRET_FILE; OSError
+    or ValueError (UnicodeDecodeError among them) say why not."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = os.read(fd, MAX_SECRET_FILE + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SECRET_FILE:
+        raise ValueError(f"larger than {MAX_SECRET_FILE >> 10} KiB: not a secret")
+    return data.decode("utf-8").strip()
 
 
 def _fine(value: str) -> str | None:
@@ -59,8 +81,8 @@ class SecretFile:
         self._seen = file_stamp(self.path)
         keeps = f"the last {self._noun} stays"
         try:
-            value = self.path.read_text().strip()
-        except (OSError, UnicodeDecodeError) as exc:
+            value = read_secret(self.path)
+        except (OSError, ValueError) as exc:
             log.warning("%s %s could not be read again (%s): %s", self._what, self.path, exc,
                         keeps)
             return

@@ -168,9 +168,6 @@ exit 0
 @pytest.mark.parametrize("shape", list(shapes(Path("/"))))
 def test_masks_hide_and_hold_against_a_sandboxed_process(server: Server, base: Path,
                                                          shape: str) -> None:
-    if shape == "root-write" and server.process.args[0] == "setpriv":
-        pytest.skip("a server run as nobody cannot start a root-write sandbox here yet: the "
-                    "stage finds its interpreter's cap (under /root) changed")
     t = base / "attacked"
     make_tree(t)
     before = host_tree(t)
@@ -207,3 +204,29 @@ def test_a_program_runs_under_minimal_reads(server: Server, base: Path) -> None:
         if os.path.islink(f"/{name}"):
             assert f"{os.readlink(f'/{name}')}\n" in ran.stdout, ran
     assert "data:" not in ran.stdout, ran  # t/ro is not under `minimal`
+
+
+def test_a_denial_beneath_the_servers_own_closed_directory_holds(server: Server,
+                                                                  base: Path) -> None:
+    """A denied path the server cannot reach, behind a directory of its own user's of mode
+    000, is still masked: the sandbox runs as that user and may open the directory up."""
+    if server.process.args[0] != "setpriv":
+        pytest.skip("as root every directory is within reach: the case is a server's user's")
+    t = base / "closed"
+    make_tree(t)
+    own = t / "own"
+    (own / "secret").mkdir(parents=True)
+    (own / "secret" / "s.txt").write_text("data:own")
+    for path in (own, own / "secret", own / "secret" / "s.txt"):
+        os.chown(path, 65534, 65534)
+    own.chmod(0o000)
+    sandbox = profile(str(t / "w"), [_special("root", "write"),
+                                     path_entry(str(own / "secret"), "none")])
+    client = server.client()
+    try:
+        ran = run(client, 'chmod 700 "$T/own"; cat "$T/own/secret/s.txt"; ls "$T/own/secret"',
+                  sandbox, cwd=str(t / "w"), env={"T": str(t)})
+    finally:
+        client.close()
+        own.chmod(0o755)
+    assert "data:own" not in ran.stdout and "s.txt" not in ran.stdout, ran

@@ -158,6 +158,37 @@ def _parent(index: dict[str, PathRule], path: str) -> PathRule:
     return deepest(index, os.path.dirname(path)) if path != "/" else index["/"]
 
 
+def _reach(path: str) -> str:
+    """Whether ``path`` is "there", "missing", or "unreachable": out of this server's reach,
+    so of its sandboxes', which run as its user without capabilities: nothing to show or hide
+    there, and no placeholder could be made. Only where the directory that refuses the search
+    is another user's: one of the server's own a sandbox could open up (chmod) and then reach
+    the path, so that one is "there", and its start fails rather than leave the rule out."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except PermissionError:
+        return "there" if _blocked_by_own(path) else "unreachable"
+    return "there"
+
+
+def _blocked_by_own(path: str) -> bool:
+    """Whether the first directory on the way to ``path`` that refuses its search is owned by
+    the server's user."""
+    here = "/"
+    for name in path.strip("/").split("/"):
+        inner = os.path.join(here, name)
+        try:
+            os.lstat(inner)
+        except PermissionError:
+            return os.lstat(here).st_uid == os.geteuid()
+        except OSError:
+            return False
+        here = inner
+    return False
+
+
 class CannotEnforce(Exception):
     """The policy names more than this sandbox can set up (the spawn is refused)."""
 
@@ -418,12 +449,16 @@ class Sandbox:
             self.budget.check()
             if os.path.realpath(rule.path) != rule.path:
                 continue  # a cap's name through a link (it holds where that leads too)
-            if not os.path.lexists(rule.path):
+            there = _reach(rule.path)
+            if there == "unreachable":
+                continue
+            if there == "missing":
                 if rule.access == "write":
                     continue  # nothing to bind: the parent's rule governs the place
                 self._missing.add(rule.path)
             rules.append(rule)
-        caps = [cap for cap in real.caps if os.path.realpath(cap.path) == cap.path]
+        caps = [cap for cap in real.caps
+                if os.path.realpath(cap.path) == cap.path and _reach(cap.path) != "unreachable"]
         return Policy.of(rules, policy.network, caps=caps).narrow(self._floor)
 
     def _mounts(self, policy: Policy) -> str:

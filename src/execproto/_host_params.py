@@ -54,8 +54,12 @@ def discover_v2(raw: Any) -> dict[str, Any]:
     short_struct(raw, "DiscoverV2CapabilitiesRequest", _DISCOVER_V2_FIELDS, 1)
     if cwd is None:
         raise invalid_params("missing field `cwd`")
-    # The skills are read as an fs call with this sandbox reads (the server narrows it).
-    return {"cwd": cwd, "sandbox": _sandbox.parse(f.raw("sandbox"), for_fs=True)}
+    # The skills are read as an fs call with this sandbox reads (the server narrows it). Its
+    # sandbox, unlike an fs call's, must name its cwd (the reference's answer, measured).
+    sandbox = _sandbox.parse(f.raw("sandbox"), for_fs=True)
+    if sandbox is not None and "cwd" not in f.raw("sandbox"):
+        raise invalid_params("missing field `cwd`")
+    return {"cwd": cwd, "sandbox": sandbox}
 
 
 def _root(value: Any) -> dict[str, Any]:

@@ -46,3 +46,14 @@ def test_a_malformed_root_sandbox_names_what_is_wrong(h: Harness) -> None:
     reply = h.call(1, "capabilityRoots/discoverV1", {"roots": [
         {"id": "a", "path": "file:///r/a", "sandbox": {"permissions": 1}}]})
     assert reply["error"]["code"] == -32602, reply
+
+
+def test_discover_v2_s_sandbox_must_name_its_cwd(h: Harness) -> None:
+    without = sandbox()
+    del without["cwd"]
+    reply = h.call(1, "capabilities/discoverV2", {"cwd": "file:///w", "sandbox": without})
+    assert reply["error"] == {"code": -32602, "message": "missing field `cwd`"}
+    # A root's may leave it out (a dynamic entry then needs it, as an fs call's does).
+    h.request(1, "capabilityRoots/discoverV1", {"roots": [
+        {"id": "a", "path": "file:///r/a", "sandbox": without}]})
+    assert h.of_type(RunFs)

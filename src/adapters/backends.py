@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-import shutil
 import socket
 import threading
 from collections.abc import Callable, Sequence
@@ -157,7 +156,7 @@ class LocalBackend:
 
     def _find_bwrap(self) -> None:
         try:
-            found = shutil.which("bwrap")
+            found = _posix.real_program("bwrap")
             self._problem = ("bubblewrap (bwrap) is not installed" if found is None
                              else _bwrap.problem(found))
             self._found = found if self._problem is None else None
@@ -404,7 +403,7 @@ def _with_proxy(request: SpawnSpec,
 def _usable_pasta() -> str | None:
     """pasta, where it can give a namespace its network: it needs the tun device (which some
     machines keep to root)."""
-    pasta = shutil.which("pasta")
+    pasta = _posix.real_program("pasta")  # passt's file: `_hold` runs it named pasta
     if pasta is None:
         return None
     try:
@@ -418,7 +417,7 @@ def bwrap_sandbox(writable_roots: Sequence[str] = (), allow_network: bool = Fals
                   host_network: bool = False, pid_namespace: str = "isolate") -> LocalBackend:
     """The backend of ``--sandbox bwrap``: every process sandboxed, at most the whole
     filesystem read-only but the writable roots, and no network unless allowed."""
-    bwrap = shutil.which("bwrap")
+    bwrap = _posix.real_program("bwrap")
     if bwrap is None:
         raise RuntimeError("--sandbox bwrap needs bubblewrap (the bwrap command), not found")
     problem = _bwrap.problem(bwrap)

@@ -521,7 +521,8 @@ def _apply_patch_directory(args: argparse.Namespace) -> list[str]:
     from ._command import _codex_path
 
     try:
-        return [_codex_path.make(avoid=args.writable_root)]
+        # Its real path: a link on the way is an entry a writable root could turn.
+        return [os.path.realpath(_codex_path.make(avoid=args.writable_root))]
     except OSError as exc:
         log.warning("no apply_patch directory on the PATH (--no-apply-patch silences this): "
                     "%s", exc)

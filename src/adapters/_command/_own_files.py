@@ -11,10 +11,10 @@ one is refused at start.
 Held: the interpreter's file and its installation (`sys.base_prefix`), the environment it
 runs in (`sys.prefix`: a venv), every directory on `sys.path` (the installed packages, an
 editable install's sources), execproto's own code, the wrappers (setpriv, setsid,
-bubblewrap, pasta, where the server finds them), `--path-prepend`, a `--backend` module and
-the TLS certificate. Not `python -m`'s current directory: a server started in a workspace
-would make the workspace read-only, so `serve` takes it off `sys.path` instead
-(`forget_cwd`), and nothing is imported from there.
+bubblewrap, pasta, the shell of the cgroup wrapper, where the server finds them),
+`--path-prepend`, a `--backend` module and the TLS certificate. Not `python -m`'s current
+directory: a server started in a workspace would make the workspace read-only, so `serve`
+takes it off `sys.path` instead (`forget_cwd`), and nothing is imported from there.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from collections.abc import Iterable
 
 # The programs the server runs around a process, found on its PATH as `_posix`, `_cgroups`
 # and `backends` find them (and on the system's, where `_cgroups` looks).
-WRAPPERS = ("setpriv", "setsid", "bwrap", "pasta", "nft", "nsenter")
+# The server runs each by its real path (`_posix.real_program`): a link to one, its name here,
+# is no more than a directory entry, which a writable root may replace.
+WRAPPERS = ("setpriv", "setsid", "bwrap", "pasta", "nft", "nsenter", "sh")
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import shutil
 import signal
 import subprocess
 import time
 
+from . import _posix
 from ._posix import SIGNALS
 
 # Moves the shell into the cgroup named by $0, then execs the rest: the descendants inherit it.
@@ -47,9 +47,11 @@ while [ $i -lt 50 ] && grep -q "populated 1" "$0/cgroup.events" 2>/dev/null; do
 done
 find "$0" -depth -type d -exec rmdir {} \\; 2>/dev/null
 """
-SHELL = "/bin/sh"
+# Run at every spawn, as the server: the file, not `/bin/sh`, two links a writable root could
+# turn (`_posix.real_program`).
+SHELL = os.path.realpath("/bin/sh")
 _servers = itertools.count(1)
-SETSID = shutil.which("setsid", path="/usr/bin:/bin")
+SETSID = _posix.real_program("setsid", path="/usr/bin:/bin")
 FIXED_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 

@@ -105,7 +105,9 @@ class Pasta:
                 os.closerange(3, os.sysconf("SC_OPEN_MAX"))
                 for number in (SIGPIPE, SIGXFSZ):  # Python ignores these; pasta must not
                     _LIBC.signal(number, SIG_DFL)
-                os.execv(pasta, [pasta, "--foreground", "--quiet", "--config-net",
+                # PASTA is passt's file (not the `pasta` link a sandbox could turn), and
+                # passt is pasta when its name says so.
+                os.execv(pasta, ["pasta", "--foreground", "--quiet", "--config-net",
                                  "--runas", f"{uid}:{gid}", "-t", "none", "-u", "none",
                                  "-T", "none", "-U", "none", "--no-map-gw", str(holder)])
             finally:

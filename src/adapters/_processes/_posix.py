@@ -32,8 +32,20 @@ PIPE_SIZE = 1 << 20
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "KILL": signal.SIGKILL}
 
-_SETPRIV = shutil.which("setpriv")
-_SETSID = shutil.which("setsid")
+
+
+def real_program(name: str, path: str | None = None) -> str | None:
+    """A program the server runs outside every sandbox, as the file it is (found on ``path``,
+    the server's PATH by default), found once at start. Never through a symlink: a sandbox
+    with a writable root may replace a link (`/usr/bin/pasta -> passt`, `/bin/sh -> dash`)
+    though never the file it leads to, which is held read-only in every sandbox
+    (`_own_files`); run through the link, the server would run whatever it was turned to."""
+    found = shutil.which(name, path=path)
+    return os.path.realpath(found) if found is not None else None
+
+
+_SETPRIV = real_program("setpriv")
+_SETSID = real_program("setsid")
 
 
 class SpawnError(Exception):

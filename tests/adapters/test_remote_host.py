@@ -69,12 +69,16 @@ def test_path_prepend_is_announced_and_leads_the_inherited_path(adapter: str,
     try:
         c = Client(server.url)
         init = c.handshake()["result"]
-        wanted = [uri(first), uri(second)]
+        # The server's own directory (apply_patch, rg) first, then the operator's in order.
+        own = init["environmentInfo"]["prependPathDirs"][0]
+        assert os.path.isfile(os.path.join(own[len("file://"):], "apply_patch")), own
+        wanted = [own, uri(first), uri(second)]
         assert init["environmentInfo"]["prependPathDirs"] == wanted
         assert c.result("environment/info", {})["prependPathDirs"] == wanted
         # What the Codex CLI sends: a policy and no PATH. The directories lead the inherited one.
         out, code = run(c, "i", SHOW_PATH, env={}, envPolicy=POLICY)
-        assert (out.get("stdout"), code) == (f"{first}:{second}:{os.environ['PATH']}".encode(), 0)
+        leading = f"{own[len('file://'):]}:{first}:{second}"
+        assert (out.get("stdout"), code) == (f"{leading}:{os.environ['PATH']}".encode(), 0)
         # A PATH the request gives stands as given, as under the reference.
         out, code = run(c, "p", SHOW_PATH, env={"PATH": "/usr/bin:/bin"})
         assert (out.get("stdout"), code) == (b"/usr/bin:/bin", 0)
@@ -82,8 +86,8 @@ def test_path_prepend_is_announced_and_leads_the_inherited_path(adapter: str,
         server.stop()
 
 
-def test_without_path_prepend_the_list_is_empty(adapter: str) -> None:
-    server = Server(adapter, "--log-level", "warning")
+def test_without_path_prepend_and_apply_patch_the_list_is_empty(adapter: str) -> None:
+    server = Server(adapter, "--log-level", "warning", "--no-apply-patch")
     try:
         assert Client(server.url).handshake()["result"]["environmentInfo"]["prependPathDirs"] == []
     finally:

@@ -33,7 +33,7 @@ PROXY: dict[str, Any] = {
 
 # The attacker: each case a list of raw writes to the proxy (one connection per case), with
 # {A}, {B}, {T} the ports and {D} the dummy; it prints, per case, what came back (status
-# lines only: an origin here never echoes a header).
+# lines only: an origin here never echoes a header). The cases run at once.
 ATTACKER = r'''
 import json, os, socket, ssl, sys, time
 cases = json.loads(sys.argv[1])
@@ -44,7 +44,7 @@ def fill(text):
     return text.replace("{D}", dummy).replace("{A}", str(ports["A"])).replace(
         "{B}", str(ports["B"])).replace("{T}", str(ports["T"]))
 result = {"dummy": dummy}
-for name, case in cases.items():
+def play(name, case):
     sock = socket.create_connection((host, int(port)), timeout=10)
     got = b""
     try:
@@ -68,6 +68,13 @@ for name, case in cases.items():
         sock.close()
     result[name] = [line for line in got.decode("latin-1").split("\r\n")
                     if line.startswith("HTTP/") or "[" in line or "origin saw" in line]
+# The cases at once, each on its own connection: each waits for what comes back.
+import threading
+threads = [threading.Thread(target=play, args=item) for item in cases.items()]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
 print(json.dumps(result))
 '''
 

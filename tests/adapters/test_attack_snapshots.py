@@ -108,7 +108,7 @@ def test_a_hanging_capture_holds_no_other_clients_start(tmp_path: Path) -> None:
     server = Server("asyncio")
     try:
         held = server.client()
-        msg_id = held.request("process/start", {
+        held.request("process/start", {
             "processId": "held", "argv": ["/bin/bash", "-lc", "true"],
             "cwd": hanging.as_uri(), "env": {"PATH": "/usr/bin:/bin", "HOME": str(hanging)},
             "tty": False, "shellSnapshot": {"scopeId": "hang",
@@ -119,10 +119,11 @@ def test_a_hanging_capture_holds_no_other_clients_start(tmp_path: Path) -> None:
         _, out, _ = run(other, quick, timeout=30)  # a capture of its own, then its command
         took = time.monotonic() - began
         assert out.splitlines()[1] == "hello you" and took < 8, (took, out)
-        assert "result" in held.response(msg_id, 30)
-        held.events_until_closed("held", 30)
     finally:
+        stopping = time.monotonic()
         server.stop()
+    # The stop ends the capture at once, not when its 10 s are up.
+    assert time.monotonic() - stopping < 5
 
 
 def _cgroups_tracked(log: str) -> bool:

@@ -500,6 +500,10 @@ class Children:
         self.cleanups += 1
         self.prep.submit(action.session_id, rest, cleaned)
 
+    def stopping(self) -> None:
+        """The server stops: a shell snapshot's capture must not hold the stop for its time."""
+        self.snapshots.stop_all()
+
     def kill_all(self) -> None:
         """The core failed: nothing it started may outlive it. Every process group is killed
         and reaped, and every backend token finalized as failed."""

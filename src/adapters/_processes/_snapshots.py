@@ -293,6 +293,12 @@ class Snapshots:
             children.finalize_backend(proc, capture.token, "completed", None, False,
                                       capture.action.spec.session_id, report=False)
 
+    def stop_all(self) -> None:
+        """The server is stopping: every capture ends now, not when its time is up, and the
+        starts waiting on it run as sent (and are ended by the stop, as every process is)."""
+        for capture in list(self._running.values()):
+            self._end(capture, "the server is stopping")
+
     def kill_all(self) -> None:
         """The core failed: no capture may outlive it (its starts are not spawned)."""
         for capture in list(self._running.values()):

@@ -282,6 +282,7 @@ class Driver:
             return
         self.feed(Shutdown())
         self.http.cancel_all()  # the calls whose connection has not closed yet
+        self.children.stopping()
 
     def close(self) -> None:
         """After the stop: kill whatever the processes left running, and remove their cgroups."""

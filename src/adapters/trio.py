@@ -56,29 +56,36 @@ class _Loop:
         scope = scopes[fd] = trio.CancelScope()
 
         async def watcher() -> None:
-            with scope:
-                while True:
-                    # Unwatched (and perhaps closed) before this task first ran, or while the
-                    # callback ran: never hand trio a descriptor that may be gone.
-                    if scope.cancel_called:
-                        return
-                    try:
+            try:
+                with scope:
+                    while True:
+                        # Unwatched (and perhaps closed) before this task first ran, or while
+                        # the callback ran: never hand trio a descriptor that may be gone.
+                        if scope.cancel_called:
+                            return
                         await wait(fd)
-                    except trio.ClosedResourceError:
-                        return  # unwatched (see below)
-                    if scope.cancel_called:
-                        return  # unwatched after the fd became ready, before we ran
-                    callback()
+                        if scope.cancel_called:
+                            return  # unwatched after the fd became ready, before we ran
+                        callback()
+            except trio.ClosedResourceError:
+                pass  # someone else's notify_closing: this loop never calls it (see below)
+            finally:
+                # Whatever ended this watch, a later one must start afresh, not be taken for
+                # this one still running.
+                if scopes.get(fd) is scope:
+                    del scopes[fd]
 
         self._nursery.start_soon(watcher)
 
     def _unwatch(self, fd: int, scopes: dict[int, trio.CancelScope]) -> None:
         scope = scopes.pop(fd, None)
         if scope is not None:
+            # A watcher blocked in wait_readable/wait_writable is aborted within this call,
+            # its interest dropped from trio's poller at once, so the caller may close the fd
+            # straight after. One woken but not yet run sees the cancel before it waits again.
+            # Never notify_closing here: that wakes both ways of the fd, and would end the
+            # other way's watcher (a write still to flush when the read ends) for good.
             scope.cancel()
-            # Wake the waiter now: the caller may close the fd at once, and its number may be
-            # reused before the cancelled task would otherwise run.
-            trio.lowlevel.notify_closing(fd)
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Callable[[], None]:
         scope = trio.CancelScope()

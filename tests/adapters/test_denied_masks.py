@@ -82,8 +82,18 @@ def make_tree(t: Path) -> None:
 def host_tree(t: Path) -> dict[str, str]:
     """The tree's files and directories, but the placeholders a writable `w` holds for
     `.git` and its kind while its process lives (test_sandbox.py sees them removed)."""
-    return {str(path.relative_to(t)): path.read_text() if path.is_file() else "dir"
-            for path in sorted(t.rglob("*")) if not path.name.startswith(".")}
+    found: dict[str, str] = {}
+    # Not through those placeholders: the server removes them once the process is finalized,
+    # which may be while this walks.
+    for top, dirs, files in os.walk(t):
+        dirs[:] = sorted(name for name in dirs if not name.startswith("."))
+        for name in dirs:
+            found[os.path.relpath(os.path.join(top, name), t)] = "dir"
+        for name in files:
+            if not name.startswith("."):
+                path = Path(top, name)
+                found[str(path.relative_to(t))] = path.read_text() if path.is_file() else "dir"
+    return dict(sorted(found.items()))
 
 
 def probe(client: Client, t: Path, shape: str) -> str:

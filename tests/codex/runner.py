@@ -378,29 +378,28 @@ domains = { "allowed.test" = "allow", "blocked.test" = "deny" }
 ORIGIN, ORIGIN_PEER = "192.88.99.7", "192.88.99.1"  # a public-looking address, on a veth only
 
 
-class Origin:
-    """A test host in a network namespace of its own, joined to this one by a veth, serving
-    "hello from NAME" over HTTP on ORIGIN:80; the server resolves the test's names to it
-    through a hosts file bound over /etc/hosts in a mount namespace of its own."""
+class NetnsHost:
+    """A test host in a network namespace of its own, joined to this one by a veth (``veth``0
+    here with ``peer``, ``veth``1 there with ``address``), serving with ``server`` (argv run
+    inside it, which prints "up" once it listens); the server resolves the test's names to it
+    through ``hosts``, bound over /etc/hosts in a mount namespace of its own (`prefix`)."""
 
-    def __init__(self, root: Path) -> None:
-        self.name = f"execproto-origin-{os.getpid()}"
-        self.hosts = root / "hosts"
-        self.hosts.write_text(f"127.0.0.1 localhost\n{ORIGIN} allowed.test blocked.test "
-                              "review.test\n")
+    def __init__(self, name: str, veth: str, address: str, peer: str, hosts: Path,
+                 server: list[str]) -> None:
+        self.name, self.veth, self.hosts = f"{name}-{os.getpid()}", veth, hosts
         ip = ["ip", "netns", "exec", self.name, "ip"]
         commands = [["ip", "netns", "add", self.name],
-                    ["ip", "link", "add", "origin0", "type", "veth", "peer", "name", "origin1",
-                     "netns", self.name],
-                    ["ip", "addr", "add", f"{ORIGIN_PEER}/24", "dev", "origin0"],
-                    ["ip", "link", "set", "origin0", "up"],
-                    [*ip, "addr", "add", f"{ORIGIN}/24", "dev", "origin1"],
-                    [*ip, "link", "set", "origin1", "up"], [*ip, "link", "set", "lo", "up"]]
+                    ["ip", "link", "add", f"{veth}0", "type", "veth", "peer", "name",
+                     f"{veth}1", "netns", self.name],
+                    ["ip", "addr", "add", f"{peer}/24", "dev", f"{veth}0"],
+                    ["ip", "link", "set", f"{veth}0", "up"],
+                    [*ip, "addr", "add", f"{address}/24", "dev", f"{veth}1"],
+                    [*ip, "link", "set", f"{veth}1", "up"], [*ip, "link", "set", "lo", "up"]]
         try:
             for command in commands:
                 subprocess.run(command, check=True, capture_output=True, timeout=30)
             self.server = subprocess.Popen(
-                ["ip", "netns", "exec", self.name, sys.executable, "-c", ORIGIN_SERVER, ORIGIN],
+                ["ip", "netns", "exec", self.name, *server],
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             assert self.server.stdout is not None and self.server.stdout.readline() == "up\n"
         except BaseException:
@@ -416,9 +415,21 @@ class Origin:
             self.server.kill()
             self.server.wait()
         # The veth first, at once: a namespace's devices go some time after `netns del`, and
-        # the next scenario's origin0 would find this one still there.
-        for command in (["ip", "link", "del", "origin0"], ["ip", "netns", "del", self.name]):
+        # the next scenario's would find this one still there.
+        for command in (["ip", "link", "del", f"{self.veth}0"],
+                        ["ip", "netns", "del", self.name]):
             subprocess.run(command, capture_output=True, timeout=30)
+
+
+class Origin(NetnsHost):
+    """A test host serving "hello from NAME" over HTTP on ORIGIN:80 for the test's names."""
+
+    def __init__(self, root: Path) -> None:
+        hosts = root / "hosts"
+        hosts.write_text(f"127.0.0.1 localhost\n{ORIGIN} allowed.test blocked.test "
+                         "review.test\n")
+        super().__init__("execproto-origin", "origin", ORIGIN, ORIGIN_PEER, hosts,
+                         [sys.executable, "-c", ORIGIN_SERVER, ORIGIN])
 
 
 ORIGIN_SERVER = """

@@ -16,10 +16,8 @@ masking does not cover), set with ``-c`` as top-level keys cannot follow the run
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from adapters.masking_origin import make_ca_and_leaf
 
 from .fake_model import say, shell
 from .proxy import Proxy
-from .runner import Run
+from .runner import NetnsHost, Run
 
 # Real-looking tokens: the shape GitHub's provider masks (ghp_ and 36 characters).
 SERVER_TOKEN = "ghp_" + "ExecutorSide0123456789abcdefghijklmnop"[:36]
@@ -55,51 +53,22 @@ def with_options(*options: str) -> tuple[str, ...]:
     return ("sh", "-c", f'exec "$0" {shlex.join(options)} "$@"')
 
 
-class ApiOrigin:
-    """api.github.com on ADDRESS:443 in a namespace of its own, joined to this one by a veth;
-    each request's (host, path, authorization) is a JSON line in ``seen``."""
+class ApiOrigin(NetnsHost):
+    """api.github.com on ADDRESS:443 (`NetnsHost`); each request's (host, path, authorization)
+    is a JSON line in ``seen``."""
 
     def __init__(self, root: Path) -> None:
-        self.name = f"execproto-api-{os.getpid()}"
         self.ca, leaf = make_ca_and_leaf(root / "api-certs", [API])
-        self.hosts = root / "hosts"
-        self.hosts.write_text(f"127.0.0.1 localhost\n{ADDRESS} {API}\n")
+        hosts = root / "hosts"
+        hosts.write_text(f"127.0.0.1 localhost\n{ADDRESS} {API}\n")
         self.seen = root / "api-seen.jsonl"
-        ip = ["ip", "netns", "exec", self.name, "ip"]
-        commands = [["ip", "netns", "add", self.name],
-                    ["ip", "link", "add", "api0", "type", "veth", "peer", "name", "api1",
-                     "netns", self.name],
-                    ["ip", "addr", "add", f"{PEER}/24", "dev", "api0"],
-                    ["ip", "link", "set", "api0", "up"],
-                    [*ip, "addr", "add", f"{ADDRESS}/24", "dev", "api1"],
-                    [*ip, "link", "set", "api1", "up"], [*ip, "link", "set", "lo", "up"]]
-        try:
-            for command in commands:
-                subprocess.run(command, check=True, capture_output=True, timeout=30)
-            self.server = subprocess.Popen(
-                ["ip", "netns", "exec", self.name, sys.executable, "-c", API_SERVER, ADDRESS,
-                 str(leaf), str(self.seen)],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            assert self.server.stdout is not None and self.server.stdout.readline() == "up\n"
-        except BaseException:
-            self.close()
-            raise
-
-    def prefix(self) -> tuple[str, ...]:
-        return ("unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"',
-                str(self.hosts))
+        super().__init__("execproto-api", "api", ADDRESS, PEER, hosts,
+                         [sys.executable, "-c", API_SERVER, ADDRESS, str(leaf), str(self.seen)])
 
     def requests(self) -> list[list[str]]:
         if not self.seen.exists():
             return []
         return [json.loads(line) for line in self.seen.read_text().splitlines()]
-
-    def close(self) -> None:
-        if getattr(self, "server", None) is not None:
-            self.server.kill()
-            self.server.wait()
-        for command in (["ip", "link", "del", "api0"], ["ip", "netns", "del", self.name]):
-            subprocess.run(command, capture_output=True, timeout=30)
 
 
 # The origin answers with a fixed body, never a header back: the command must not learn the

@@ -21,6 +21,14 @@ pytestmark = [needs_bwrap,
 SECONDS = 4.0
 
 
+def raced(counts: dict[str, int]) -> bool:
+    """Whether the race was run: the link turned often, many starts tried, and some ran. A
+    start the sandbox refuses because a path it must hold went through the link as it turned
+    (`setup_failed`, `refused`) is the safe outcome, and under load most are."""
+    tried = counts["ran"] + counts["setup_failed"] + counts["refused"]
+    return counts["swaps"] > 1000 and tried >= 20 and counts["ran"] >= 3
+
+
 @pytest.fixture
 def arena() -> Iterator[Arena]:
     made = Arena()
@@ -36,7 +44,7 @@ def test_the_operator_floor_holds_against_the_rotating_symlink(arena: Arena) -> 
     finally:
         log = server.stop()
     assert arena.intact(), (counts, log)
-    assert counts["swaps"] > 1000 and counts["ran"] >= 10, counts  # the race was run
+    assert raced(counts), counts
 
 
 def test_a_codex_profile_with_a_deny_glob_holds_against_the_rotating_symlink(
@@ -47,4 +55,4 @@ def test_a_codex_profile_with_a_deny_glob_holds_against_the_rotating_symlink(
     finally:
         log = server.stop()
     assert arena.intact(), (counts, log)
-    assert counts["swaps"] > 1000 and counts["ran"] >= 10, counts
+    assert raced(counts), counts

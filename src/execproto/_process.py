@@ -6,10 +6,11 @@ only writer; this is the rest of the data, plus the per-chunk work of the output
 
 from __future__ import annotations
 
-import base64
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ._config import b2a_base64
 from ._jsonrpc import encode_output, output_prefix
 from ._lifecycle import LIVE, SIGNALLABLE, Do, ProcessLife
 from ._output import OutputLog
@@ -59,6 +60,7 @@ class Process:
         "sandboxed",
         "denial_mentioned",
         "_tail",
+        "b64encode",
     )
 
     def __init__(
@@ -72,6 +74,7 @@ class Process:
         retention_bytes: int,
         retention_chunks: int,
         sandboxed: bool = False,
+        b64encode: Callable[[bytes], bytes] = b2a_base64,
     ) -> None:
         self.proc = proc
         self.process_id = process_id
@@ -103,6 +106,7 @@ class Process:
         self.sandboxed = sandboxed
         self.denial_mentioned = False
         self._tail = b""
+        self.b64encode = b64encode  # `Config.b64encode`
 
     def take_seq(self) -> int:
         seq = self.next_seq
@@ -124,7 +128,7 @@ class Process:
                 mentions_denial(data)
             )
             self._tail = data[-_TAIL:]
-        return encode_output(self._prefixes[stream], seq, base64.b64encode(data))
+        return encode_output(self._prefixes[stream], seq, self.b64encode(data))
 
     def exited(self, returncode: int) -> tuple[Do, ...]:
         todo = self.life.exited()

@@ -6,7 +6,6 @@ which `_carry_out` performs in order.
 
 from __future__ import annotations
 
-import base64
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -105,6 +104,7 @@ class ProcessHandlers(CoreState):
             retention_bytes=self.config.retention_bytes,
             retention_chunks=self.config.retention_chunks,
             sandboxed=sandbox is not None,
+            b64encode=self.config.b64encode,
         )
         if session.acks:
             process.hold()
@@ -641,7 +641,7 @@ def _read_result(
     first = log.first_retained_seq
     result = {
         "chunks": [
-            {"seq": c.seq, "stream": c.stream, "chunk": base64.b64encode(c.data).decode("ascii")}
+            {"seq": c.seq, "stream": c.stream, "chunk": process.b64encode(c.data).decode("ascii")}
             for c in chunks
         ],
         "nextSeq": chunks[-1].seq + 1 if truncated else process.next_seq,

@@ -84,7 +84,8 @@ def _header(config: Config, host: Host, redacted: bool) -> dict[str, Any]:
         "format": FORMAT,
         "version": VERSION,
         # Field by field, so a nested value (the sandbox floor) keeps its type for replay.
-        "config": {f.name: to_json(getattr(config, f.name)) for f in attrs.fields(Config)},
+        "config": {f.name: to_json(getattr(config, f.name)) for f in attrs.fields(Config)
+                   if f.metadata.get("traced", True)},  # not the encoder: a function
         "host": attrs.asdict(host),
     }
     if redacted:

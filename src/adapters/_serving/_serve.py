@@ -20,6 +20,7 @@ from .._wire._auth import Token
 from .._wire._listen import Acceptor, Listen
 from .._wire._peer import Gate, Write, WsPeer
 from ..backends import Backend, LocalBackend, check_sandbox_type
+from ._base64 import with_fast_base64
 from ._driver import Driver
 from ._host import this_host
 
@@ -94,7 +95,7 @@ def make_core(
     sandbox = check_sandbox_type(backend)
     host = this_host(network_proxy=bool(getattr(backend, "network_proxy", False)),
                      transparent=bool(getattr(backend, "network_proxy_transparent", False)))
-    core = ServerCore(attrs.evolve(config, sandbox_type=sandbox), host)
+    core = ServerCore(attrs.evolve(with_fast_base64(config), sandbox_type=sandbox), host)
     return (core if trace is None else Recorder(core, trace, redact=redact_trace)), backend
 
 

@@ -134,9 +134,11 @@ def test_an_edited_stage_never_runs_outside(installed: tuple[Client, Path, Path]
     stage = next(venv.rglob("_processes/_stage.py"))
     mark = outside / "stage-ran"
     line = f"open({str(mark)!r}, 'w').close()"
-    # Before main(), which execs bubblewrap: what follows it would never run. Planted from
-    # outside, as above.
-    stage.write_text(stage.read_text().replace("\ndef main()", f"\n{line}\ndef main()"))
+    # At the module's top level, which the stage server runs when it compiles the stage.
+    # Planted from outside, as above.
+    edited = stage.read_text().replace("\ndef build(", f"\n{line}\ndef build(")
+    assert line in edited
+    stage.write_text(edited)
     sandbox = workspace_write(str(_workspace(outside, "ws-stage")))
     ran = run(client, "echo started", sandbox)
     assert ran.stdout == "started\n", ran

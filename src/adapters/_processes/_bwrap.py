@@ -17,7 +17,7 @@ test_sandbox.py and test_mount_race.py try to break each point):
 - Its own pid, ipc, uts, cgroup and (unless the policy allows the network) network namespaces;
   no capabilities even when the server is root; no_new_privs (bwrap sets it); `/proc/sys` and
   the other kernel knobs in `/proc` read-only; a fresh session keyring; killed with its parent.
-- The wrappers (setpriv, the stage, bwrap) run with a fixed environment; the client's variables
+- The stage server's child and bwrap run with a fixed environment; the client's variables
   reach the program only, through bwrap's `--setenv`, passed in a memfd (`--args`) so that they
   never appear in a command line another user can read.
 """
@@ -28,7 +28,6 @@ import bisect
 import fcntl
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -48,8 +47,8 @@ from execproto.policy import (
     refusal,
 )
 
-from . import _glob, _hold, _seccomp, _stage
-from ._posix import readlink, remove_empty_directory
+from . import _forker, _glob, _hold, _seccomp, _stage
+from ._posix import STAGED, readlink, remove_empty_directory
 
 
 class Network(Protocol):
@@ -75,26 +74,27 @@ def _interpreter() -> str:
 
 
 class _Runner:
-    """How the stage (and the network holder, `_hold`) is run, fixed when the server starts:
-    the interpreter by a descriptor opened then, and the source as read then. Both run as
-    the server, the stage before any namespace exists, so nothing a sandbox may write may
-    decide what runs: with the server in a workspace's `.venv`, a sandboxed `cat >
-    .venv/bin/python` or an edit of `_stage.py` would otherwise run outside at the next
-    start. Isolated from the environment and from site packages (`-I -S`)."""
+    """How the stage server (`_forker`, with `_stage`) and the network holder (`_hold`) are
+    run, fixed when the server starts: the interpreter by a descriptor opened then, and the
+    sources as read then. They run as the server, the stage before any namespace exists, so
+    nothing a sandbox may write may decide what runs: with the server in a workspace's
+    `.venv`, a sandboxed `cat > .venv/bin/python` or an edit of `_stage.py` would otherwise
+    run outside at the next start. Isolated from the environment and from site packages
+    (`-I -S`)."""
 
     def __init__(self, module: ModuleType) -> None:
         self._fd: int | None = None
         with open(str(module.__file__), encoding="utf-8") as file:
-            self._source = file.read()
+            self.source = file.read()
 
     def argv(self, fds: list[int]) -> list[str]:
-        """The stage's command, its interpreter a copy of the server's descriptor passed at
-        the same number (the stage closes it first, so nothing inside inherits it)."""
+        """The command, its interpreter a copy of the server's descriptor passed at the same
+        number (the program closes it first, so nothing it starts inherits it)."""
         if self._fd is None:
             self._fd = os.open(_interpreter(), os.O_PATH | os.O_CLOEXEC)
         fd = fcntl.fcntl(self._fd, fcntl.F_DUPFD_CLOEXEC, 0)  # the spawn passes it on
         fds.append(fd)
-        return [f"/proc/self/fd/{fd}", "-I", "-S", "-c", self._source, str(fd)]
+        return [f"/proc/self/fd/{fd}", "-I", "-S", "-c", self.source, str(fd)]
 
 
 # bubblewrap's own root when the stage is not needed, by the root's access (none: its tmpfs).
@@ -137,15 +137,17 @@ def problem(bwrap: str) -> str | None:
                                 "true")
     except CannotEnforce as exc:  # its budget spent: a machine too loaded to say
         return f"bubblewrap cannot run here: {exc}"
+    from . import _zygote  # it imports this module
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=30,
-                              env=dict(WRAPPER_ENV), pass_fds=sandbox.fds)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        status, said = _zygote.run(probe, sandbox.fds, timeout=30)
+    except OSError as exc:
         return f"bubblewrap cannot run here: {exc}"
     finally:
         sandbox.close()
-    if done.returncode != 0:
-        return f"bubblewrap cannot run here: {done.stderr.strip() or done.returncode}"
+    if status is None:
+        return "bubblewrap cannot run here: the probe did not end in 30 s"
+    if status != 0:
+        return f"bubblewrap cannot run here: {said.strip() or status}"
     return None
 
 
@@ -306,7 +308,8 @@ def _at_or_above(place: str, ordered: list[str]) -> bool:
 
 
 class Sandbox:
-    """The command for one spawn: the stage (which builds the file system) exec'ing bwrap.
+    """The command for one spawn, for the stage server (`_zygote`): its child builds the file
+    system (`_stage`) and execs bwrap.
 
     Holds the descriptors it passes (`close` them after the spawn, whether or not it
     succeeded). ``placeholders`` are the empty directories sandboxes made on the host as
@@ -359,6 +362,7 @@ class Sandbox:
             # Without a mount below `/` nor a network to join, the stage has nothing to do
             # (Codex's read-only profile): bubblewrap's only mount points are then /dev and
             # /proc, which no sandbox can move, and keyctl is filtered and /proc/keys empty.
+            # The stage server's child then execs bubblewrap at once (no plan).
             staged = bool(self._ops or joined)
             options = ["--bind", _stage.STAGED, "/"] if staged else list(DIRECT_ROOT[root])
             options += ["--dev", "/dev", "--proc", "/proc"]
@@ -377,12 +381,12 @@ class Sandbox:
             for name, value in spec.env:
                 options += ["--setenv", name, value]
             args = self._memfd(b"".join(os.fsencode(option) + b"\0" for option in options))
-            argv = [self._bwrap, "--args", str(args), "--"]
+            plan_fd = ""
             if staged:
                 head = (root, "1" if os.geteuid() != 0 else "", joined)
                 plan = [*head, *(field for op in self._ops for field in op)]
-                plan_fd = self._memfd(b"\0".join(map(os.fsencode, plan)))
-                argv = [*STAGE.argv(self.fds), str(plan_fd), *argv]
+                plan_fd = str(self._memfd(b"\0".join(map(os.fsencode, plan))))
+            argv = [STAGED, plan_fd, self._bwrap, "--args", str(args), "--"]
         except BaseException:
             self.close()
             self._placeholders.release(self.uses)
@@ -399,7 +403,7 @@ class Sandbox:
         so, as the reference's does (its sandboxDenied is true: the words name the sandbox)."""
         plan = ["read", "", "", "refuse", why, ""]
         plan_fd = self._memfd(b"\0".join(map(os.fsencode, plan)))
-        return [*STAGE.argv(self.fds), str(plan_fd), self._bwrap, "--", *spec.argv]
+        return [STAGED, str(plan_fd), self._bwrap, "--", *spec.argv]
 
     def _join(self) -> str:
         """The network's descriptors for the stage to join, as ``NET:USER``."""
@@ -555,4 +559,5 @@ class Sandbox:
         return fd
 
 
-STAGE, HOLD = _Runner(_stage), _Runner(_hold)
+FORKER, HOLD = _Runner(_forker), _Runner(_hold)
+STAGE_SOURCE = _Runner(_stage).source

@@ -85,6 +85,12 @@ def wrapper(place: str | None, env: tuple[tuple[str, str], ...]) -> tuple[str, .
     return (SHELL, "-c", JOIN_KEEP_PWD, place, pwd)
 
 
+def place_of(join: tuple[str, ...]) -> str | None:
+    """The cgroup a `wrapper` puts its spawn in (None: none), for a start that joins it by
+    itself (`_zygote`)."""
+    return join[3] if join else None
+
+
 class NoTree:
     """Where no cgroup can be made: spawns go unwrapped, and signals reach the group only."""
 

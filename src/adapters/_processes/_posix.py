@@ -5,6 +5,8 @@
   is kept), so children die even if the server is SIGKILLed. Linux ties that signal to the
   *thread* that forked, so `spawn` must be called from the adapter's long-lived owner thread.
   ``preexec_fn`` could set it too, but it is unsafe in a process that has threads.
+- A sandboxed command (argv[0] `STAGED`) is started by the stage server instead (`_zygote`),
+  which sets all of that up by system calls in a fork of its own, without those wrappers.
 - Exit is observed through a pidfd with ``waitid(WEXITED | WNOWAIT)``: the child stays a zombie,
   so its pid and process group id cannot be reused until `Child.reap`, which the adapter calls on
   the core's `Finalize`. Signals go to the group only before that, and the core sends none after
@@ -45,6 +47,8 @@ def real_program(name: str, path: str | None = None) -> str | None:
 
 
 _SETPRIV = real_program("setpriv")
+# The first word of a command the stage server starts (`_zygote`): no program's name holds a NUL.
+STAGED = "\0execproto-stage"
 _SETSID = real_program("setsid")
 
 
@@ -59,6 +63,11 @@ class SpawnError(Exception):
 def not_found() -> SpawnError:
     """What a spawn of a missing program or cwd fails with (the reference's words)."""
     return _spawn_error(OSError(errno.ENOENT, ""))
+
+
+def not_found_as(code: int) -> SpawnError:
+    """What a spawn whose exec (or cwd) failed with ``code`` fails with."""
+    return _spawn_error(OSError(code, ""))
 
 
 # The reference is built with musl, whose words differ from glibc's for these errors.
@@ -197,12 +206,12 @@ def close_quietly(fd: int) -> None:
         pass
 
 
-def _nonblocking(fd: int) -> int:
+def set_nonblocking(fd: int) -> int:
     os.set_blocking(fd, False)
     return fd
 
 
-def _pipe() -> tuple[int, int]:
+def pipe() -> tuple[int, int]:
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     try:
         fcntl.fcntl(read_end, F_SETPIPE_SZ, PIPE_SIZE)
@@ -235,6 +244,9 @@ def spawn(spec: SpawnSpec, pass_fds: tuple[int, ...] = (), join: tuple[str, ...]
     if not os.path.isdir(spec.cwd):
         missing = not os.path.exists(spec.cwd)
         raise _spawn_error(OSError(errno.ENOENT if missing else errno.ENOTDIR, ""))
+    if spec.argv[0] == STAGED:
+        from ._zygote import ZYGOTE
+        return ZYGOTE.spawn(spec, pass_fds, join)
     program = resolve_program(spec.argv[0], env, spec.cwd)
     wrappers = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
     wrappers += list(join)
@@ -254,8 +266,8 @@ def spawn(spec: SpawnSpec, pass_fds: tuple[int, ...] = (), join: tuple[str, ...]
             child_stdin: int = stdin_read
         else:
             child_stdin = subprocess.DEVNULL
-        out_read, out_write = _pipe()
-        err_read, err_write = _pipe()
+        out_read, out_write = pipe()
+        err_read, err_write = pipe()
         ours += [out_read, err_read]
         theirs += [out_write, err_write]
         process = _popen(command, executable, env, spec.cwd, child_stdin, out_write, err_write,
@@ -267,9 +279,9 @@ def spawn(spec: SpawnSpec, pass_fds: tuple[int, ...] = (), join: tuple[str, ...]
     finally:
         for fd in theirs:
             close_quietly(fd)
-    stdin = _nonblocking(ours[0]) if spec.pipe_stdin else None
-    outputs: dict[Stream, int] = {"stdout": _nonblocking(out_read),
-                                  "stderr": _nonblocking(err_read)}
+    stdin = set_nonblocking(ours[0]) if spec.pipe_stdin else None
+    outputs: dict[Stream, int] = {"stdout": set_nonblocking(out_read),
+                                  "stderr": set_nonblocking(err_read)}
     return _child(process, outputs, stdin)
 
 
@@ -289,7 +301,7 @@ def _spawn_tty(
         raise
     finally:
         close_quietly(slave)
-    master = _nonblocking(master)
+    master = set_nonblocking(master)
     # One terminal serves both directions: output reads the master, stdin writes a duplicate,
     # so each side can be closed on its own.
     try:

@@ -1,12 +1,11 @@
 """The sandbox's file system, built by descriptor before bubblewrap runs.
 
-Run as ``/proc/self/fd/PYTHON_FD -I -S -c SOURCE PYTHON_FD PLAN_FD BWRAP ARGS...`` (the
-server's interpreter by the descriptor it opened at its start, this file's source as read
-then, so that nothing a sandbox may write since decides what runs here): it closes
-PYTHON_FD, reads the plan (from a memfd the server wrote), builds the sandbox's root in a
-private mount namespace of its own, joins a fresh session keyring, and execs bubblewrap,
-which takes that root whole (``--bind STAGED /``) and adds only its own ``/dev`` and
-``/proc``.
+Run in the child the stage server forks for each sandboxed start (`_forker`: the server's
+interpreter by the descriptor it opened at its start, this file's source as read then, so that
+nothing a sandbox may write since decides what runs here): `build` reads the plan (from a memfd
+the server wrote), builds the sandbox's root in a private mount namespace of its own and joins
+a fresh session keyring; the child then execs bubblewrap, which takes that root whole
+(``--bind STAGED /``) and adds only its own ``/dev`` and ``/proc``.
 
 Why not let bubblewrap make the mounts: it finds each mount point by path, creating a missing
 one with ``creat`` (O_TRUNC, following symlinks) or ``mkdir``, while the host's root is still
@@ -37,9 +36,8 @@ server sorted them), three fields each:
                           the sandbox cannot be kept as asked
 A ``none`` root is an empty tmpfs in which the mount points are made, read-only at the end.
 
-Only the standard library, and as little of it as will do (no json: its import costs as much
-as the rest of the start-up), nothing from execproto: this runs once per start, so it must
-start fast, and it runs with the server's privileges, so it trusts only its plan.
+Only the standard library, nothing from execproto: it runs with the server's privileges,
+so it trusts only its plan.
 """
 
 from __future__ import annotations
@@ -48,7 +46,6 @@ import ctypes
 import errno
 import os
 import stat
-import sys
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _LIBC.syscall.restype = ctypes.c_long
@@ -335,7 +332,7 @@ def _map_ids(uid: int, gid: int, process: str = "/proc/self") -> None:
             file.write(text)
 
 
-def _fresh_keyring() -> None:
+def fresh_keyring() -> None:
     """A new, empty session keyring: the server's keys stay out of reach."""
     if SYS_KEYCTL is not None:
         _syscall(SYS_KEYCTL, "keyring", ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING), None)
@@ -357,22 +354,5 @@ def build(plan: list[str]) -> None:
         operation, path, access = ops[index:index + 3]
         OPS[operation](stage, path, access)
     stage.finish()
-    _fresh_keyring()
+    fresh_keyring()
 
-
-def main() -> None:
-    interpreter_fd, plan_fd, command = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-    os.close(interpreter_fd)  # what it was run from: no sandbox may inherit it
-    with os.fdopen(plan_fd, "rb") as file:
-        plan = [os.fsdecode(field) for field in file.read().split(b"\0")]
-    try:
-        build(plan)
-    except (OSError, Changed) as exc:
-        sys.stderr.write(f"execproto sandbox: {exc}\n")
-        sys.exit(1)
-    os.chdir("/")
-    os.execv(command[0], command)
-
-
-if __name__ == "__main__":
-    main()

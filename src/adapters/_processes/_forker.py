@@ -140,11 +140,12 @@ def child(fds: list[int], server: int, stage: types.ModuleType) -> None:
         gate = fds[GATE]
         if os.read(gate, 1) != b"g":
             os._exit(1)  # the server never got the answer: nothing was done
-        setup = Setup(fds)
+        setup = None
         try:
+            setup = Setup(fds)
             setup.run()
         except Refused as exc:
-            os.write(setup.gate, f"{exc.code} {exc.step}".encode())
+            os.write(gate if setup is None else setup.gate, f"{exc.code} {exc.step}".encode())
             os._exit(127)
         os.close(setup.gate)  # started
         run(setup.argv, setup.env, setup.plan, stage)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 import socket
 import threading
@@ -32,6 +33,8 @@ from ._processes import _bwrap, _netns, _posix
 from ._processes._bwrap import Budget
 from ._processes._posix import resolve_program
 from ._proxy import _masking
+
+log = logging.getLogger("execproto")
 
 
 class Refused(Exception):
@@ -122,9 +125,10 @@ class LocalBackend:
     default; None: such a sandbox is refused), not the host's loopback, unless
     ``host_network`` shares the host's network with it.
 
-    The probe of bubblewrap runs it once (~40 ms), on a thread of its own: a server's start
-    goes on meanwhile (importing its event loop), and what needs the answer (`sandbox_type`,
-    `problem`, `warnings`, `prepare`) waits for it.
+    The probe of bubblewrap runs it once (~40 ms, and the seccomp filter's first build): on a
+    thread of its own once `probe` is called (a server calls it once it listens, so that its
+    start does not wait), or else at the first need. What needs the answer (`sandbox_type`,
+    `network_proxy`, `problem`, `warnings`, `describe`, a sandboxed `prepare`) waits for it.
     """
 
     def __init__(self, floor: Policy | None = None, bwrap: str | None = "",
@@ -138,13 +142,16 @@ class LocalBackend:
         self._pid_namespace = pid_namespace
         # Why no sandbox can be enforced here, for the operator (None: one can).
         self._problem: str | None = None
-        self._found: str | None = bwrap or None
-        self._probe: threading.Thread | None = None
-        self._probe_failed: BaseException | None = None
-        if bwrap == "":
-            self._probe = threading.Thread(target=self._find_bwrap, daemon=True,
-                                           name="execproto-bwrap-probe")
-            self._probe.start()
+        # Looked up now, while no process the server started can have changed the PATH's
+        # directories; probed (run) later.
+        self._found: str | None = bwrap or (_posix.real_program("bwrap") if bwrap == "" else None)
+        self._probe_lock = threading.Lock()
+        self._probed = threading.Event()  # the answer is in
+        self._probing = False  # a thread has it in hand
+        self._then: list[Callable[[], None]] = []  # called once it is in
+        if bwrap != "" or self._found is None:
+            self._problem = None if self._found else "bubblewrap (bwrap) is not installed"
+            self._probed.set()
         self._pasta = _usable_pasta() if pasta == "" else pasta
         self._host_network = host_network
         self._networks = _netns.Networks(self._pasta)
@@ -154,23 +161,46 @@ class LocalBackend:
         # them; safe to share between starts prepared at once (`_bwrap.Placeholders` says why).
         self._placeholders = _bwrap.Placeholders()
 
+    def probe(self, then: Callable[[], None] | None = None) -> None:
+        """Probe bubblewrap on a thread of its own, if no one has yet; ``then`` is called
+        once the answer is in (at once if it is, else on that thread)."""
+        with self._probe_lock:
+            if not self._probed.is_set():
+                if then is not None:
+                    self._then.append(then)
+                    then = None
+                if not self._probing:
+                    self._probing = True
+                    threading.Thread(target=self._find_bwrap, daemon=True,
+                                     name="execproto-bwrap-probe").start()
+        if then is not None:
+            then()
+
     def _find_bwrap(self) -> None:
+        assert self._found is not None
         try:
-            found = _posix.real_program("bwrap")
-            self._problem = ("bubblewrap (bwrap) is not installed" if found is None
-                             else _bwrap.problem(found))
-            self._found = found if self._problem is None else None
-        except BaseException as exc:  # raised again where the answer is wanted
-            self._probe_failed = exc
+            self._problem = _bwrap.problem(self._found)
+        except Exception as exc:  # a bug, or the host's own way of failing: no sandbox
+            log.debug("the probe of bubblewrap failed", exc_info=True)
+            self._problem = f"the probe of bubblewrap failed ({type(exc).__name__}: {exc})"
+        if self._problem is not None:
+            self._found = None
+        with self._probe_lock:
+            self._probed.set()
+            then, self._then = self._then, []
+        for call in then:
+            call()
 
     @property
     def _bwrap(self) -> str | None:
         """The bubblewrap to sandbox with, once the probe has said (None: none can)."""
-        if self._probe is not None:
-            self._probe.join()
-            self._probe = None
-            if self._probe_failed is not None:
-                raise self._probe_failed
+        if not self._probed.is_set():
+            with self._probe_lock:
+                here = not self._probing  # no one has it in hand: this thread, now
+                self._probing = True
+            if here:
+                self._find_bwrap()
+            self._probed.wait()
         return self._found
 
     @property

@@ -402,9 +402,9 @@ def _serve(args: argparse.Namespace) -> int:
             print(address, flush=True)  # the one line on stdout: the bound address
         security = ("" if address == "stdio" else " (no TLS)" if tls is None
                     else f" (TLS 1.2 or later, certificate {args.tls_cert})")
+        _sandbox_report(args, backend)  # here, or once the probe of bubblewrap has run
         log.info("listening on %s%s", address, security,
                  extra={"fields": {"address": address, "tls": tls is not None}})
-        log.info("sandbox: %s", sandbox)
         if denied_directories:
             log.info("denied to every sandbox and fs call, whole, as the secrets' own: %s",
                      ", ".join(denied_directories))
@@ -418,7 +418,6 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"the {args.adapter} adapter needs {exc.name}: "
                          f"pip install 'execproto[{args.adapter}]'") from None
-    sandbox = _sandbox_report(args, backend)
     trace_file = _open_trace(args.trace) if args.trace else None
 
     def hang_up() -> None:  # SIGHUP: as sshd and nginx, re-read the configuration, never die
@@ -559,25 +558,25 @@ def _backend_files(args: argparse.Namespace) -> list[str]:
     return [found] if isinstance(found, str) else []
 
 
-def _sandbox_report(args: argparse.Namespace, backend: Backend | None) -> str:
-    """Warn of what the backend cannot enforce here, and say what a sandbox is here, who gets
-    one and at most what it allows (of a --backend of the operator's, only its name), for the
-    line logged once the server listens. The probe of bubblewrap, started when the backend
-    was made, is waited for here: after the event loop's imports."""
+def _sandbox_report(args: argparse.Namespace, backend: Backend | None) -> None:
+    """Once the server listens: warn of what the backend cannot enforce here, and say what a
+    sandbox is here, who gets one and at most what it allows (of a --backend of the
+    operator's, only its name). Our backend says so when its probe of bubblewrap, started
+    now, has run: the start does not wait for it (what a client is told does)."""
     from . import backends
 
     if args.backend or not isinstance(backend, backends.LocalBackend):
-        return (f"as the backend {args.backend} does it (sandbox type "
-                f"{getattr(backend, 'sandbox_type', 'none')})")
-    try:
-        warnings = backend.warnings()
-        described = backend.describe()
-    except Exception as exc:  # the probe failed in a way of its own (a bug, or the host)
-        log.debug("the backend could not be made", exc_info=True)
-        raise UsageError(str(exc)) from None
-    for warning in warnings:
-        log.warning("%s", warning)
-    return described
+        log.info("sandbox: as the backend %s does it (sandbox type %s)", args.backend,
+                 getattr(backend, "sandbox_type", "none"))
+        return
+    local = backend
+
+    def report() -> None:
+        for warning in local.warnings():
+            log.warning("%s", warning)
+        log.info("sandbox: %s", local.describe())
+
+    local.probe(report)
 
 
 def _load_backend(spec: str) -> Backend:

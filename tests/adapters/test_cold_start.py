@@ -1,5 +1,6 @@
 """What a server's start loads and waits for: nothing of the client or of the other adapters,
-and the bubblewrap probe off the critical path, with everything the start says still said.
+and the bubblewrap probe off the critical path (it runs once the server listens), with
+everything the start says still said and everything a client is told still true.
 
 The time itself is measured by bench/cold_start.py, not asserted here.
 """
@@ -8,9 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from .sandboxes import needs_bwrap
+from .wsclient import Client
 
 # Modules serving on asyncio must not load: the client, exec, the other event loops.
 NOT_FOR_SERVING = (
@@ -77,3 +82,30 @@ def test_sandbox_bwrap_without_bubblewrap_still_stops_the_start(tmp_path: Path) 
                           env={**os.environ, "PATH": str(tmp_path)})
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
     assert "needs bubblewrap" in done.stderr
+
+
+@needs_bwrap
+def test_the_first_client_is_told_what_the_probe_found_and_the_log_says_it_after(
+        tmp_path: Path) -> None:
+    # A bubblewrap whose every run (the probe's too) takes a second: the first client, connected
+    # the moment the address is printed, sends initialize while the probe still runs. Its
+    # answer waits, and announces the managed proxy, which needs bubblewrap.
+    slow = tmp_path / "bwrap"
+    slow.write_text(f"#!/bin/sh\nsleep 1\nexec {shutil.which('bwrap')} \"$@\"\n")
+    slow.chmod(0o755)
+    server = subprocess.Popen([sys.executable, "-m", "execproto", "serve"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"})
+    try:
+        assert server.stdout is not None
+        client = Client(server.stdout.readline().strip())
+        reply = client.handshake()
+        client.close()
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    capabilities = reply["result"]["environmentInfo"]["capabilities"]
+    assert capabilities["networkProxyLaunch"] is True, reply
+    assert capabilities["networkProxyReviewDomains"] is True, reply
+    listening, sandbox = err.find("listening on"), err.find(f"sandbox: bubblewrap ({slow})")
+    assert 0 <= listening < sandbox, err

@@ -10,21 +10,25 @@ action is carried out by the room that owns its family's state, through one tabl
 processes (`_children`), ``fs/*`` calls (`_fs_calls`), ``http/request`` calls (`_http_calls`),
 forwarded streams (`_forward`),
 watched paths (`_watch`), the connections (`Connections`). Each room gets the loop and
-``feed``, and nothing of another's. What the rooms keep for one connection follows the events
-its peer feeds, through the reactions `Connections` runs: its fs handles, its calls still
-queued, its held fs calls.
+``feed``, and nothing of another's. The rooms few servers use (``http/request``, forwarding)
+are imported and made at their first action (`LATER`), and the core itself at its first
+event, so that a server's start pays for neither. What the rooms keep for one connection
+follows the events its peer feeds, through the reactions `Connections` runs: its fs handles,
+its calls still queued, its held fs calls.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execproto import (
     Action,
+    CancelHttp,
     CloseConnection,
     ConnectionClosed,
     ConnectionOpened,
@@ -41,18 +45,21 @@ from execproto import (
     Unwatch,
     WatchMissing,
 )
+from execproto.actions import CloseForward, OpenForward, PauseForward, ResumeForward, WriteForward
 from execproto.trace import Recorder
 
 from .._files._fs import Files
 from .._files._fs_calls import FsCalls
 from .._files._watch import Watches
-from .._forward._streams import Forwards
-from .._http._http_calls import HttpCalls
 from .._loop import Loop
 from .._processes import _posix
 from .._processes._children import Children
 from .._wire._connections import Connections
 from ..backends import Backend, LocalBackend
+
+if TYPE_CHECKING:
+    from .._forward._streams import Forwards
+    from .._http._http_calls import HttpCalls
 
 __all__ = ["CoreFailed", "Driver", "Loop"]
 
@@ -64,6 +71,15 @@ TRIM_INTERVAL = 2.0  # seconds between releases of free heap memory (a no-op tri
 # queued for them and their close frames (a client that reads nothing must not hold the server
 # up). Also after the core failed.
 CLOSE_WAIT = 1.0
+
+# The rooms made at their first action, by the actions each carries out: the room's attribute
+# on the driver, and its module and class. Imported late, from the server's own package,
+# which every sandbox holds read-only (`_command._own_files`).
+LATER: dict[str, tuple[str, str, tuple[type, ...]]] = {
+    "http": ("execproto.adapters._http._http_calls", "HttpCalls", (RunHttp, CancelHttp)),
+    "forwards": ("execproto.adapters._forward._streams", "Forwards",
+                 (OpenForward, WriteForward, PauseForward, ResumeForward, CloseForward)),
+}
 
 
 class CoreFailed(Exception):
@@ -77,7 +93,7 @@ class Driver:
 
     def __init__(
         self,
-        core: ServerCore | Recorder,
+        core: ServerCore | Recorder | Callable[[], ServerCore | Recorder],
         loop: Loop,
         files: Files | None = None,
         backend: Backend | None = None,
@@ -85,10 +101,17 @@ class Driver:
     ) -> None:
         """``tune_heap``: keep output buffers in the heap (`_posix.keep_buffers_in_heap`, for
         the whole process) and give free heap memory back every TRIM_INTERVAL on the loop.
-        Faster, but no library's business in a host's process: ``execproto serve`` asks."""
+        Faster, but no library's business in a host's process: ``execproto serve`` asks.
+        ``core`` may be what makes it, called at its first need (`_serve.Server`'s waits for
+        the backend's probe, which what ``initialize`` announces depends on)."""
         if tune_heap:
             _posix.keep_buffers_in_heap()
-        self.core = core
+        self._core: ServerCore | Recorder | None = None
+        self._make_core: Callable[[], ServerCore | Recorder] | None = None
+        if isinstance(core, (ServerCore, Recorder)):
+            self._core = core
+        else:
+            self._make_core = core
         self.loop = loop
         self.files = files or Files()
         self._queue: deque[Event] = deque()
@@ -116,28 +139,61 @@ class Driver:
             SendDrained: lambda event: self.fs.release(event.conn),
             ConnectionClosed: self._connection_gone,
         })
-        self.http = HttpCalls(loop, self.feed, self.connections.stuck)
-        self.forwards = Forwards(loop, self.feed, self.children.backend)
         self.fs = FsCalls(loop, self.feed, self.files)
         self.watches = Watches(loop, self.feed, self.files.scope)
-        # Which room carries out each kind of action.
+        self._rooms: dict[str, Any] = {}  # the `LATER` rooms made so far, by attribute
+        # Which room carries out each kind of action (a `LATER` room's, once it is made).
         self._run: dict[type, Callable[[Any], None]] = {
             **self.connections.run,
             **self.fs.run,
             WatchMissing: self.watches.start,
             Unwatch: self.watches.stop,
             **self.children.run,
-            **self.http.run,
-            **self.forwards.run,
+            **{kind: partial(self._first, name) for name, (_, _, kinds) in LATER.items()
+               for kind in kinds},
         }
         # Who answers for an action that raised, where someone waits on it.
         self._raised: dict[type, Callable[[Any, str], None]] = {
             Spawn: self.children.spawn_raised,
             RunFs: self.fs.raised,
-            RunHttp: self.http.raised,
+            RunHttp: lambda action, why: self.http.raised(action, why),
             Send: self.connections.raised,
             CloseConnection: self.connections.raised,
         }
+
+    @property
+    def core(self) -> ServerCore | Recorder:
+        if self._core is None:
+            assert self._make_core is not None
+            self._core = self._make_core()
+        return self._core
+
+    @core.setter
+    def core(self, core: ServerCore | Recorder) -> None:
+        self._core = core
+
+    @property
+    def http(self) -> HttpCalls:
+        return self._room("http")  # type: ignore[no-any-return]
+
+    @property
+    def forwards(self) -> Forwards:
+        return self._room("forwards")  # type: ignore[no-any-return]
+
+    def _room(self, name: str) -> Any:
+        """The `LATER` room ``name``, made now if it was not yet."""
+        room = self._rooms.get(name)
+        if room is None:
+            module, kind, _ = LATER[name]
+            made = getattr(importlib.import_module(module), kind)
+            args = {"http": (self.connections.stuck,), "forwards": (self.children.backend,)}
+            room = self._rooms[name] = made(self.loop, self.feed, *args[name])
+            self._run.update(room.run)
+        return room
+
+    def _first(self, name: str, action: Action) -> None:
+        """The first action of a `LATER` room's: the room is made, and carries it out."""
+        self._room(name).run[type(action)](action)
 
     # -- the owner ------------------------------------------------------------------------------
 
@@ -196,7 +252,8 @@ class Driver:
     @property
     def idle(self) -> bool:
         """Every process finalized, its sandbox cleaned up too (that runs off the owner)."""
-        return self.core.idle and not self.children.cleanups
+        core = self._core  # none made yet: nothing ever ran
+        return (core is None or core.idle) and not self.children.cleanups
 
     def _trace_stopped(self, recorder: Recorder) -> None:
         """The trace could not be written: one line says so, and the server goes on."""
@@ -218,8 +275,10 @@ class Driver:
             self._cancel_tick = None
         self.connections.close_all()
         self.children.kill_all()
-        self.http.abandon()
-        self.forwards.close_all()
+        if "http" in self._rooms:
+            self.http.abandon()
+        if "forwards" in self._rooms:
+            self.forwards.close_all()
         if self._stopping:  # failed while stopping: the stop goes on, with nothing left to do
             self._stop_after_failure()
         if self.on_failure is not None:
@@ -268,7 +327,8 @@ class Driver:
     def _connection_gone(self, event: ConnectionClosed) -> None:
         self.files.close_connection(event.conn)
         self.fs.drop(event.conn)
-        self.http.drop(event.conn)
+        if "http" in self._rooms:
+            self.http.drop(event.conn)
 
     # -- shutdown -------------------------------------------------------------------------------
 
@@ -281,13 +341,15 @@ class Driver:
             self._stop_after_failure()
             return
         self.feed(Shutdown())
-        self.http.cancel_all()  # the calls whose connection has not closed yet
+        if "http" in self._rooms:
+            self.http.cancel_all()  # the calls whose connection has not closed yet
         self.children.stopping()
 
     def close(self) -> None:
         """After the stop: kill whatever the processes left running, and remove their cgroups."""
         self.fs.close()
-        self.forwards.close_all()
+        if "forwards" in self._rooms:
+            self.forwards.close_all()
         self.children.close()
 
     def raise_if_failed(self) -> None:

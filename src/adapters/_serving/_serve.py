@@ -114,9 +114,17 @@ class Server:
             raise ValueError(f"{listen} needs a TLS context: serve(..., tls=context)")
         self.options = options
         config = options.config
-        core, backend = make_core(config, options.trace, options.backend, options.redact_trace)
-        files = Files(options.fs_roots, config.floor if config else None)
-        self.driver = Driver(core, loop, files, backend, tune_heap=options.tune_heap)
+        floor = config.floor if config else None
+        backend = self.backend = options.backend or LocalBackend(floor=floor)
+        if not isinstance(backend, LocalBackend):  # ours always is: an embedder's, said now
+            check_sandbox_type(backend)
+        files = Files(options.fs_roots, floor)
+        # The core is made at its first event: what it announces waits for the backend's
+        # probe of bubblewrap, which runs once the server listens (`announce`), so that a
+        # start does not wait for it.
+        self.driver = Driver(
+            lambda: make_core(config, options.trace, backend, options.redact_trace)[0],
+            loop, files, backend, tune_heap=options.tune_heap)
         self.driver.on_failure = stopped
         self.gate = Gate(config, tls=self.where.tls)
         self._acceptor: Acceptor | None = None
@@ -148,10 +156,13 @@ class Server:
         return tls() if callable(tls) else tls
 
     def announce(self) -> None:
-        """Tell ``ready`` where clients can connect."""
+        """Tell ``ready`` where clients can connect, and start the backend's probe (if
+        ``ready`` has not): what a client is told waits for it, a start does not."""
         if self.options.ready is not None:
             bound = self._acceptor.address if self._acceptor is not None else None
             self.options.ready(self.where.describe(bound))
+        if isinstance(self.backend, LocalBackend):
+            self.backend.probe()
 
     def drain(self, done: Callable[[], None]) -> None:
         """Begin a graceful stop, on the loop: /readyz and new upgrades answer 503, the core

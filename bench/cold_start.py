@@ -20,8 +20,11 @@ answer. Servers:
 The floors are ``python -c pass`` with each interpreter, from launch to exit, and, as deployed,
 importing each chosen dependency alone (asyncio, wsproto with h11, attrs), asyncio and wsproto
 together, and what no server start can skip: those and the core (attrs and the core's
-classes). The median of the runs is the figure; min and max show the spread (a
-shared 2-core machine is noisy).
+classes). The stack's floor, which the start is judged against, is a server of those three
+alone: importing asyncio, wsproto and attrs, listening and answering the same `/readyz` 200, from
+launch to that answer as for a server. The median of the runs is the figure; min and max show
+the spread (a shared 2-core machine is noisy). `bench/compare.py` measures the floor, the start
+as deployed and the reference taking turns, and reports the start as a ratio to the floor.
 
 Every subject gets one launch first that is not counted, and runs with bytecode caching on
 (PYTHONDONTWRITEBYTECODE is dropped from its environment): an installed package has its
@@ -45,6 +48,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from reference import CACHE, REFERENCE  # noqa: E402
@@ -168,6 +172,32 @@ UNSKIPPABLE = "import asyncio, wsproto, execproto.events, execproto.actions, exe
 DEPENDENCIES = {"asyncio": "import asyncio", "wsproto (with h11)": "import wsproto",
                 "attrs": "import attrs", "asyncio and wsproto": "import asyncio, wsproto"}
 SERVE = ["serve", "--listen", "ws://127.0.0.1:0", "--log-level", "warning"]
+# The stack's floor for a start: the interpreter importing the three dependencies a server
+# cannot do without (asyncio, wsproto, attrs), listening, printing its address as the server
+# does, and answering GET /readyz 200, parsed and answered with wsproto's own HTTP library
+# (h11). No server on this stack can start faster; the issue's target is a multiple of it.
+STACK_FLOOR = """\
+import asyncio, attrs, h11, wsproto
+
+async def answer(reader, writer):
+    http = h11.Connection(h11.SERVER)
+    while http.next_event() is h11.NEED_DATA:
+        http.receive_data(await reader.read(4096))
+    writer.write(http.send(h11.Response(status_code=200, headers=[("content-length", "0")]))
+                 + http.send(h11.EndOfMessage()))
+    await writer.drain()
+    writer.close()
+
+async def serve():
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    print("ws://127.0.0.1:%d" % server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+
+asyncio.run(serve())
+"""
+FLOOR = "asyncio+wsproto+attrs answering /readyz (the stack's floor)"
+DEPLOYED = "execproto serve, as deployed"
+REFERENCE_NAME = "reference codex exec-server 0.171.0"
 
 
 def subjects(installed: Path) -> dict[str, Callable[[], float]]:
@@ -177,7 +207,8 @@ def subjects(installed: Path) -> dict[str, Callable[[], float]]:
         **{f"importing {name} alone": partial(launch_to_exit, [python, "-c", code])
            for name, code in DEPENDENCIES.items()},
         "importing what serving cannot skip": lambda: launch_to_exit([python, "-c", UNSKIPPABLE]),
-        "execproto serve, as deployed": lambda: launch_to_ready([str(installed), *SERVE]),
+        FLOOR: lambda: launch_to_ready([python, "-c", STACK_FLOOR]),
+        DEPLOYED: lambda: launch_to_ready([str(installed), *SERVE]),
         "serve --adapter threads, as deployed": lambda: launch_to_ready(
             [str(installed), *SERVE, "--adapter", "threads"]),
         "python -c pass, this venv": lambda: launch_to_exit([sys.executable, "-c", "pass"]),
@@ -199,7 +230,7 @@ def subjects(installed: Path) -> dict[str, Callable[[], float]]:
             finally:
                 shutil.rmtree(home, ignore_errors=True)
 
-        found["reference codex exec-server 0.171.0"] = reference
+        found[REFERENCE_NAME] = reference
     return found
 
 
@@ -213,11 +244,29 @@ def main() -> None:
         measured = subjects(deployed(Path(scratch)))
         for name, measure in measured.items():
             results[name] = figures(name, measure, args.runs)
+    ratio = float(results[DEPLOYED]["median_ms"]) / float(results[FLOOR]["median_ms"])
+    print(f"\nexecproto serve as deployed: {ratio:.2f}x the stack's floor (medians)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 
 
-def figures(name: str, measure: Callable[[], float], runs: int) -> dict[str, object]:
+def side_by_side(runs: int) -> dict[str, list[float]]:
+    """Launch-to-ready ms of the stack's floor, execproto serve as deployed and the reference
+    (when installed), taking turns one launch each so that the machine's load falls on all
+    alike; each gets one unmeasured launch first. For `bench/compare.py`."""
+    with tempfile.TemporaryDirectory(prefix="execproto-cold-") as scratch:
+        found = subjects(deployed(Path(scratch)))
+        chosen = {name: found[name] for name in (FLOOR, DEPLOYED, REFERENCE_NAME) if name in found}
+        for measure in chosen.values():
+            measure()
+        times: dict[str, list[float]] = {name: [] for name in chosen}
+        for _ in range(runs):
+            for name, measure in chosen.items():
+                times[name].append(measure() * 1000)
+    return times
+
+
+def figures(name: str, measure: Callable[[], float], runs: int) -> dict[str, Any]:
     measure()  # one unmeasured launch: the page cache, not the start, is what it warms
     times = [measure() * 1000 for _ in range(runs)]
     print(f"{name:40} median {statistics.median(times):6.1f} ms  "

@@ -313,12 +313,22 @@ def bundle_check(tmp_path: Path, entries: list[dict[str, Any]]) -> tuple[str, li
             out = output_of(client.events_until_closed(process_id, timeout=60))
             said.append(out.get("stdout", b"").decode() + out.get("stderr", b"").decode())
         client.close()
-        held = sorted(str(path.relative_to(run_dir)) for path in run_dir.rglob("*"))
+        held = _names(run_dir)
     finally:
         server.stop()
     if "execvp" in said[0]:
         pytest.skip(f"this sandbox cannot run bash here: {said[0].strip()}")
     return said[1], held
+
+
+def _names(top: Path) -> list[str]:
+    """What ``top`` holds, but the placeholders (`.agents`, ...) a finalize may be removing
+    meanwhile: never walked into."""
+    found = []
+    for here, dirs, files in os.walk(top):
+        dirs[:] = [name for name in dirs if not name.startswith(".")]
+        found += [os.path.relpath(os.path.join(here, name), top) for name in [*dirs, *files]]
+    return sorted(found)
 
 
 def readable(said: str) -> bool:

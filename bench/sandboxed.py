@@ -25,6 +25,7 @@ alike.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import shutil
 import statistics
@@ -141,13 +142,14 @@ def run(client: WsClient, params: dict[str, Any]) -> Ran:
 
 
 # Writes a file in the workspace ($1) and one outside it ($2), saying which were allowed.
+CHECKS = itertools.count()  # process ids of the checks, unique on a connection
 PROBE = 'touch "$1/inside" && echo inside; touch "$2/outside" && echo outside; true'
 
 
 def confinement(client: WsClient, name: str, workspace: str, outside: str) -> str | None:
     """Why the command of this profile was not confined as it should be, or None."""
-    ran = run(client, start_params(f"check-{name}", ["sh", "-c", PROBE, "sh", workspace, outside],
-                                   name, workspace))
+    argv = ["sh", "-c", PROBE, "sh", workspace, outside]
+    ran = run(client, start_params(f"check-{next(CHECKS)}", argv, name, workspace))
     said = ran.output.decode(errors="replace").split()
     inside, beyond = Path(workspace, "inside").exists(), Path(outside, "outside").exists()
     wanted = PROFILES[name].writes_workspace

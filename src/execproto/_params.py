@@ -19,13 +19,14 @@ from ._env import INHERIT_CHOICES, EnvPolicy, Inherit
 from ._errors import invalid_params
 from ._fields import Fields, text, wrong_type
 from ._paths import cwd_from_uri
+from ._records import Record
 from ._sandbox import SandboxRequest
 from ._snapshot import SnapshotRequest
 from .actions import SignalName
 
 
-@attrs.frozen(kw_only=True)
-class InitializeParams:
+@attrs.frozen(kw_only=True, repr=False)
+class InitializeParams(Record):
     client_name: str
     resume_session_id: str | None
     output_acks: bool  # execproto's: the client acknowledges output (see `process/ack`)
@@ -40,8 +41,8 @@ def initialize(params: Any) -> InitializeParams:
     )
 
 
-@attrs.frozen(kw_only=True)
-class StartParams:
+@attrs.frozen(kw_only=True, repr=False)
+class StartParams(Record):
     process_id: str
     argv: tuple[str, ...]
     arg0: str | None
@@ -171,8 +172,8 @@ def start(params: Any) -> StartParams:
     )
 
 
-@attrs.frozen(kw_only=True)
-class ReadParams:
+@attrs.frozen(kw_only=True, repr=False)
+class ReadParams(Record):
     process_id: str
     after_seq: int
     max_bytes: int | None
@@ -189,8 +190,8 @@ def read(params: Any) -> ReadParams:
     )
 
 
-@attrs.frozen(kw_only=True)
-class AckParams:
+@attrs.frozen(kw_only=True, repr=False)
+class AckParams(Record):
     process_id: str
     seq: int
 
@@ -200,8 +201,8 @@ def ack(params: Any) -> AckParams:
     return AckParams(process_id=fields.ident("processId"), seq=fields.uint("seq"))
 
 
-@attrs.frozen(kw_only=True)
-class WriteParams:
+@attrs.frozen(kw_only=True, repr=False)
+class WriteParams(Record):
     process_id: str
     chunk: bytes
     write_id: str
@@ -243,8 +244,8 @@ def _signal(value: Any) -> SignalName:
     return SIGNALS[value]
 
 
-@attrs.frozen(kw_only=True)
-class SignalParams:
+@attrs.frozen(kw_only=True, repr=False)
+class SignalParams(Record):
     process_id: str
     signal: SignalName
 
@@ -256,8 +257,8 @@ def signal(params: Any) -> SignalParams:
     )
 
 
-@attrs.frozen(kw_only=True)
-class ResizeParams:
+@attrs.frozen(kw_only=True, repr=False)
+class ResizeParams(Record):
     process_id: str
     rows: int
     cols: int

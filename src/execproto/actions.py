@@ -14,6 +14,7 @@ import attrs
 
 from ._netproxy import ProxyConfig
 from ._policy import Policy
+from ._records import Record
 from ._snapshot import ShellSnapshot
 
 __all__ = [
@@ -73,14 +74,14 @@ class CloseCode(enum.IntEnum):
     TRY_AGAIN_LATER = 1013  # no room: too many connections
 
 
-class Action:
+class Action(Record):
     """The base class of every action. The core returns only its subclasses."""
 
     __slots__ = ()
 
 
-@attrs.frozen(kw_only=True)
-class SpawnSpec:
+@attrs.frozen(kw_only=True, repr=False)
+class SpawnSpec(Record):
     """What to run. ``cwd`` is a native path; ``env`` is the child's whole environment."""
 
     argv: tuple[str, ...]
@@ -110,7 +111,7 @@ class SpawnSpec:
     snapshot: ShellSnapshot | None = None
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class Send(Action):
     """Send one encoded JSON-RPC message (UTF-8 JSON, one frame or one line)."""
 
@@ -118,7 +119,7 @@ class Send(Action):
     data: bytes
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class CloseConnection(Action):
     """Close the connection with a websocket close ``code`` and ``reason`` (stdio: just close),
     then report `ConnectionClosed` as for any other close. Messages that arrive in between are
@@ -129,7 +130,7 @@ class CloseConnection(Action):
     reason: str
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class Spawn(Action):
     """Start the process; answer with `ProcessSpawned` or `SpawnFailed` for the same ``proc``."""
 
@@ -137,7 +138,7 @@ class Spawn(Action):
     spec: SpawnSpec
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class WriteStdin(Action):
     """Write ``data`` to the process's stdin (its terminal, for a tty process), in order."""
 
@@ -145,14 +146,14 @@ class WriteStdin(Action):
     data: bytes
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class CloseStdin(Action):
     """Close the process's stdin, so it reads EOF."""
 
     proc: int
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class Signal(Action):
     """Send a signal ("INT", "TERM" or "KILL") to the process group.
 
@@ -164,7 +165,7 @@ class Signal(Action):
     signal: SignalName
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ResizeTerminal(Action):
     """Set the size of the process's terminal (TIOCSWINSZ on the pty's master side), so the
     kernel sends SIGWINCH to its foreground process group. ``rows`` and ``cols`` are 1..65535.
@@ -178,21 +179,21 @@ class ResizeTerminal(Action):
     cols: int
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class PauseOutput(Action):
     """Stop reading the process's output pipes (so the child blocks when they fill)."""
 
     proc: int
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ResumeOutput(Action):
     """Read the process's output pipes again, after a `PauseOutput`."""
 
     proc: int
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class Finalize(Action):
     """The process is done: reap it, close whatever of its pipes is still open, release it.
 
@@ -208,7 +209,7 @@ class Finalize(Action):
     timed_out: bool
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class AnswerProxy(Action):
     """The answer to a `ProxyAsked`: let the connection through (to the addresses it asked
     with, and no other), or refuse it with ``refusal`` (an HTTP status, headers and body, for
@@ -220,7 +221,7 @@ class AnswerProxy(Action):
     socks_code: int = 0
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class EndSession(Action):
     """The session is gone (it expired): what the adapter keeps for it may go, such as the
     network its sandboxes share. Its processes were told to stop just before; some may still
@@ -229,8 +230,8 @@ class EndSession(Action):
     session_id: str
 
 
-@attrs.frozen(kw_only=True)
-class FsRequest:
+@attrs.frozen(kw_only=True, repr=False)
+class FsRequest(Record):
     """A validated filesystem call. Paths are native; ``params`` holds the method's own fields.
 
     ``sandbox``: the policy the call must stay within (the client's, narrowed by the
@@ -243,7 +244,7 @@ class FsRequest:
     sandbox: Policy | None = None
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class RunFs(Action):
     """Run a blocking filesystem call off the event loop; answer with `FsCompleted`.
 
@@ -259,7 +260,7 @@ class RunFs(Action):
     request: FsRequest
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class WatchMissing(Action):
     """Watch for any of ``missing`` to appear (or ``present`` to go); answer with `FsCompleted`
     for ``op``: ``{"watching": true}`` when every missing path is absent and ``present`` (if
@@ -277,15 +278,15 @@ class WatchMissing(Action):
     sandbox: Policy | None = None
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class Unwatch(Action):
     """Stop the watch (replaced, or its connection closed). Harmless if it already fired."""
 
     watch: int
 
 
-@attrs.frozen(kw_only=True)
-class HttpRequest:
+@attrs.frozen(kw_only=True, repr=False)
+class HttpRequest(Record):
     """A validated ``http/request``: an http or https ``url`` and an HTTP ``method`` token.
 
     ``timeout_ms`` None: no timeout. ``stream_response``: the body comes as `HttpBodyReceived`
@@ -306,7 +307,7 @@ class HttpRequest:
     env_values: tuple[tuple[int, str], ...] = ()
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class RunHttp(Action):
     """Perform an HTTP request; answer with `HttpResponded`, then (streaming) body events.
     ``conn`` is the connection it answers on: its share of the adapter's http threads."""
@@ -316,7 +317,7 @@ class RunHttp(Action):
     request: HttpRequest
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class CancelHttp(Action):
     """Abandon the request ``op``: its connection closed. Events for it that are still on their
     way are ignored."""
@@ -328,7 +329,7 @@ class CancelHttp(Action):
 ForwardRoute = Literal["session", "host"]
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class OpenForward(Action):
     """Connect a TCP stream to ``host`` (an IP address) and ``port``: with ``route`` "session",
     from a socket made in session ``session_id``'s network (the backend's ``session_socket``),
@@ -343,7 +344,7 @@ class OpenForward(Action):
     route: ForwardRoute = "session"
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class WriteForward(Action):
     """Write ``data`` to the stream's target, in order, reporting `ForwardWritten` as it is
     taken; then, with ``eof``, shut down the stream's sending side."""
@@ -353,21 +354,21 @@ class WriteForward(Action):
     eof: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class PauseForward(Action):
     """Stop reading the stream's target (its client has a window's worth to take)."""
 
     stream: int
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ResumeForward(Action):
     """Read the stream's target again, after a `PauseForward`."""
 
     stream: int
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class CloseForward(Action):
     """Close the stream (connecting or not) and forget it: nothing more is reported of it."""
 

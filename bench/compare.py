@@ -103,12 +103,12 @@ def figures(stream: dict[str, float], latencies: list[float],
             "fanout_close_s": closed, "fanout_peak_rss_mb": peak, "idle_rss_mb": idle}
 
 
-def unsandboxed(adapters: list[str], size: int, runs: int,
+def unsandboxed(adapters: list[str], python: str, size: int, runs: int,
                 notes: list[str]) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     for adapter in adapters:
         print(f"measuring execproto-{adapter} ...", file=sys.stderr)
-        results[f"execproto-{adapter}"] = measure_ws(execproto(adapter), size, runs)
+        results[f"execproto-{adapter}"] = measure_ws(execproto(adapter, python), size, runs)
     if REFERENCE:
         print("measuring the reference ...", file=sys.stderr)
         results["reference"] = measure_ws(reference(REFERENCE), size, runs)
@@ -141,6 +141,10 @@ def main() -> None:
     parser.add_argument("--table", action="store_true",
                         help="print the README's performance table (Markdown), ratios only")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter whose execproto is measured (default this one's): "
+                        "e.g. a virtual environment with another checkout installed; the "
+                        "cold start is always of the checkout bench/ lies in")
     parser.add_argument("--from", dest="saved", type=Path,
                         help="measure nothing: print the run saved with --json in this file")
     args = parser.parse_args()
@@ -163,16 +167,16 @@ def main() -> None:
         notes.append("reference: not installed (make reference)")
 
     if "unsandboxed" in chosen:
-        run["results"] = unsandboxed(adapters, size, runs, notes)
+        run["results"] = unsandboxed(adapters, args.python, size, runs, notes)
         print("measuring backpressure ...", file=sys.stderr)
-        server = execproto(adapters[0])()
+        server = execproto(adapters[0], args.python)()
         try:
             run["backpressure"] = ws_backpressure(server)
         finally:
             server.stop()
     if "sandboxed" in chosen:
         print("measuring sandboxed starts ...", file=sys.stderr)
-        starts = {f"execproto-{adapter}": execproto(adapter) for adapter in adapters}
+        starts = {f"execproto-{adapter}": execproto(adapter, args.python) for adapter in adapters}
         if REFERENCE:
             starts["reference"] = reference(REFERENCE)
         run["sandboxed"] = sandboxed.measure(starts, sandboxed_runs)

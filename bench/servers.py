@@ -47,9 +47,10 @@ class Server:
             shutil.rmtree(self.home, ignore_errors=True)
 
 
-def execproto(adapter: str) -> Callable[[], Server]:
+def execproto(adapter: str, python: str = sys.executable) -> Callable[[], Server]:
+    """execproto serving on ``adapter``, as installed for ``python`` (by default this one)."""
     # --drain-grace 0: stopped at once, as the reference is, not after a drain.
-    argv = [sys.executable, "-m", "execproto.adapters", "serve", "--listen", "ws://127.0.0.1:0",
+    argv = [python, "-m", "execproto.adapters", "serve", "--listen", "ws://127.0.0.1:0",
             "--adapter", adapter, "--log-level", "WARNING", "--drain-grace", "0"]
     return lambda: Server(f"execproto-{adapter}", argv)
 

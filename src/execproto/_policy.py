@@ -147,12 +147,18 @@ def _normalized(rule: PathRule) -> PathRule:
 
 
 def _held(rule: PathRule, caps: dict[str, PathRule]) -> PathRule:
-    """``rule`` held to every cap at or above its path."""
-    access = rule.access
-    for top, cap in caps.items():
-        if RANK[cap.access] < RANK[access] and (
-                top == "/" or rule.path == top or rule.path.startswith(top + "/")):
+    """``rule`` held to every cap at or above its path: looked up at each ancestor, so the
+    cost is the path's depth, not the number of caps (the server's own files are a few
+    hundred)."""
+    access, path = rule.access, rule.path
+    while True:
+        cap = caps.get(path)
+        if cap is not None and RANK[cap.access] < RANK[access]:
             access = cap.access
+        parent = posixpath.dirname(path)
+        if parent == path:
+            break
+        path = parent
     return rule if access == rule.access else PathRule(path=rule.path, access=access)
 
 

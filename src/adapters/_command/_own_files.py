@@ -12,7 +12,10 @@ Held: the interpreter's file and its installation (`sys.base_prefix`), the envir
 runs in (`sys.prefix`: a venv), every directory on `sys.path` (the installed packages, an
 editable install's sources), execproto's own code, the wrappers (setpriv, setsid,
 bubblewrap, pasta, the shell of the cgroup wrapper, where the server finds them),
-`--path-prepend`, a `--backend` module and the TLS certificate. Not `python -m`'s current
+`--path-prepend`, a `--backend` module and the TLS certificate; and what the C library and
+the dynamic loader load or trust for all of these after the start (`_loaded`: the loader's
+preload list and cache, the libraries, the name service, OpenSSL's configuration and trust
+store). Not `python -m`'s current
 directory: a server started in a workspace would make the workspace read-only, so `serve`
 takes it off `sys.path` instead (`forget_cwd`), and nothing is imported from there.
 """
@@ -24,11 +27,16 @@ import shutil
 import sys
 from collections.abc import Iterable
 
+from . import _loaded
+
 # The programs the server runs around a process, found on its PATH as `_posix`, `_cgroups`
 # and `backends` find them (and on the system's, where `_cgroups` looks).
 # The server runs each by its real path (`_posix.real_program`): a link to one, its name here,
 # is no more than a directory entry, which a writable root may replace.
 WRAPPERS = ("setpriv", "setsid", "bwrap", "pasta", "nft", "nsenter", "sh")
+# The tools the cgroup watchdog's shell runs (`_cgroups.WATCHDOG`), as the server, the last
+# ones after the server is gone: by name, on the wrappers' PATH.
+WATCHDOG_TOOLS = ("cat", "grep", "sleep", "find", "rmdir")
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -47,18 +55,35 @@ def protected(extra: Iterable[str] = ()) -> tuple[str, ...]:
 
     adapters = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     here = os.getcwd()
-    named = [sys.executable, getattr(sys, "_base_executable", sys.executable),
+    interpreters = [sys.executable, getattr(sys, "_base_executable", sys.executable)]
+    programs = [shutil.which(name, path=where) or "" for name in (*WRAPPERS, *WATCHDOG_TOOLS)
+                for where in (None, SYSTEM_PATH)]
+    named = [*interpreters,
              sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              *(entry for entry in sys.path if entry and entry != here),
-             os.path.dirname(execproto.__file__), adapters,
-             *(shutil.which(name, path=where) or "" for name in WRAPPERS
-               for where in (None, SYSTEM_PATH)),
-             *extra]
+             os.path.dirname(execproto.__file__), adapters, *programs, *extra,
+             *_loaded.held([*interpreters, *programs])]
     held: dict[str, None] = {}  # a set, in the order met
+    real = _RealPaths()
     for path in named:
-        if path and os.path.lexists(path):
-            held[os.path.abspath(path)] = held[os.path.realpath(path)] = None
+        if path and (os.path.lexists(path) or path in _loaded.MISSING_HELD):
+            held[os.path.abspath(path)] = held[real(path)] = None
     return tuple(held)
+
+
+class _RealPaths:
+    """`os.path.realpath`, each directory resolved once: the libraries are a hundred files
+    in a few directories, each reached through a link (`/lib`)."""
+
+    def __init__(self) -> None:
+        self._directories: dict[str, str] = {}
+
+    def __call__(self, path: str) -> str:
+        directory, name = os.path.split(os.path.abspath(path))
+        if directory not in self._directories:
+            self._directories[directory] = os.path.realpath(directory)
+        path = os.path.join(self._directories[directory], name)
+        return os.path.realpath(path) if os.path.islink(path) else path
 
 
 def overlap(root: str, paths: Iterable[str]) -> str | None:

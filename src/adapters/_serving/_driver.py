@@ -46,7 +46,6 @@ from execproto import (
     WatchMissing,
 )
 from execproto.actions import CloseForward, OpenForward, PauseForward, ResumeForward, WriteForward
-from execproto.trace import Recorder
 
 from .._files._fs import Files
 from .._files._fs_calls import FsCalls
@@ -58,6 +57,8 @@ from .._wire._connections import Connections
 from ..backends import Backend, LocalBackend
 
 if TYPE_CHECKING:
+    from execproto.trace import Recorder
+
     from .._forward._streams import Forwards
     from .._http._http_calls import HttpCalls
 
@@ -107,11 +108,12 @@ class Driver:
         if tune_heap:
             _posix.keep_buffers_in_heap()
         self._core: ServerCore | Recorder | None = None
+        self._recorder: Recorder | None = None
         self._make_core: Callable[[], ServerCore | Recorder] | None = None
-        if isinstance(core, (ServerCore, Recorder)):
-            self._core = core
-        else:
+        if callable(core):
             self._make_core = core
+        else:
+            self.core = core
         self.loop = loop
         self.files = files or Files()
         self._queue: deque[Event] = deque()
@@ -165,12 +167,15 @@ class Driver:
     def core(self) -> ServerCore | Recorder:
         if self._core is None:
             assert self._make_core is not None
-            self._core = self._make_core()
+            self.core = self._make_core()
+        assert self._core is not None
         return self._core
 
     @core.setter
     def core(self, core: ServerCore | Recorder) -> None:
         self._core = core
+        # A core that is no ServerCore records a trace (execproto.trace, imported only then).
+        self._recorder = None if isinstance(core, ServerCore) else core
 
     @property
     def http(self) -> HttpCalls:
@@ -213,8 +218,8 @@ class Driver:
                 except Exception as exc:  # noqa: BLE001 - logged there, and fatal
                     self._core_failed(event, exc)
                     return
-                if isinstance(self.core, Recorder) and self.core.sink_failure is not None:
-                    self._trace_stopped(self.core)
+                if self._recorder is not None and self._recorder.sink_failure is not None:
+                    self._trace_stopped(self._recorder)
                 for action in actions:
                     try:
                         self._run[type(action)](action)

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from execproto import Config, Drain, ServerCore
-from execproto.trace import Recorder
 
 from .._files._fs import Files
 from .._loop import Loop
@@ -26,6 +25,8 @@ from ._host import this_host
 
 if TYPE_CHECKING:
     import ssl
+
+    from execproto.trace import Recorder
 
 log = logging.getLogger("execproto")
 PING_INTERVAL = 30.0
@@ -96,7 +97,11 @@ def make_core(
     host = this_host(network_proxy=bool(getattr(backend, "network_proxy", False)),
                      transparent=bool(getattr(backend, "network_proxy_transparent", False)))
     core = ServerCore(attrs.evolve(with_fast_base64(config), sandbox_type=sandbox), host)
-    return (core if trace is None else Recorder(core, trace, redact=redact_trace)), backend
+    if trace is None:
+        return core, backend
+    from execproto.trace import Recorder  # imported only by a server that records
+
+    return Recorder(core, trace, redact=redact_trace), backend
 
 
 Connect = Callable[[socket.socket, str], object]
@@ -218,4 +223,4 @@ class Server:
 
     def _core(self) -> ServerCore:
         core = self.driver.core
-        return core.core if isinstance(core, Recorder) else core
+        return core if isinstance(core, ServerCore) else core.core

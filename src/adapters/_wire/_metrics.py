@@ -9,9 +9,12 @@ is imported at the first scrape so serving without one costs nothing.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from execproto import Recorder, ServerCore
+from execproto import ServerCore
+
+if TYPE_CHECKING:
+    from execproto import Recorder
 
 PREFIX = "exec_server"
 
@@ -31,7 +34,7 @@ GAUGES = {
 
 def render(core: ServerCore | Recorder) -> bytes:
     """The exposition of one scrape (of the core a trace `Recorder` wraps, if it is one)."""
-    if isinstance(core, Recorder):
+    if not isinstance(core, ServerCore):  # a trace's `Recorder`
         core = core.core
     from prometheus_client import CollectorRegistry, generate_latest
 

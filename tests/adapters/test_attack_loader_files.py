@@ -21,15 +21,20 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import ssl
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from execproto.adapters._command import _elf, _own_files
+from execproto.adapters._processes import _cgroups
+from execproto.adapters._processes._cgroups import FIXED_ENV
 
 from .conftest import Server, uri
 from .sandboxes import IS_ROOT, _special, needs_bwrap, path_entry, profile, run
@@ -255,3 +260,42 @@ def test_no_link_on_the_way_to_the_loader_can_be_turned(
                        for link in links)
     ran = run(client, script, _root_write(workspace), cwd=workspace)
     assert "turned" not in ran.stdout, ran
+
+
+@needs_bwrap
+def test_a_tool_planted_on_path_never_runs_when_the_watchdog_ends(tmp_path: Path) -> None:
+    """The cgroup watchdog runs its tools as the server once the server is gone: by name,
+    found on PATH, whose /usr/sbin comes first, a sandbox allowed `/` could have put its own
+    rmdir there for it."""
+    directories = FIXED_ENV["PATH"].split(":")
+    real = shutil.which("rmdir", path=FIXED_ENV["PATH"])
+    before = directories[:directories.index(os.path.dirname(real))] if real else []
+    if not before or not IS_ROOT:
+        pytest.skip("no place on PATH before rmdir that a root sandbox could write")
+    planted = os.path.join(before[0], "rmdir")
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    mark = tmp_path / "planted-ran"
+    running = Server("asyncio")
+    with open(f"/proc/{running.process.pid}/cgroup") as table:
+        own = next(line.split("::", 1)[1].strip() for line in table if line.startswith("0::"))
+    tree = f"{_cgroups._hierarchy()}{own.rstrip('/')}/execproto-{running.process.pid}-1"
+    # Only the server's own watchdog counts: the plant passes every other caller through.
+    script = (f"printf '#!/bin/sh\\ncase \"$1\" in {tree}*) echo ran >> {mark};; esac\\n"
+              f"exec {real} \"$@\"\\n' > {planted} && chmod 755 {planted} && echo planted")
+    try:
+        ran = run(running.client(), script, _root_write(str(workspace)), cwd=str(workspace))
+        assert ran.stdout == "planted\n", ran
+        if not os.path.isdir(tree):
+            pytest.skip("the server has no cgroup tree here: no watchdog runs")
+        running.stop(signal.SIGKILL)  # a clean stop removes the tree itself
+        for _ in range(100):  # the watchdog removes the tree with its last tool
+            if not os.path.exists(tree):
+                break
+            time.sleep(0.1)
+        assert not os.path.exists(tree), "the watchdog did not remove the tree"
+    finally:
+        running.stop()
+        if os.path.isfile(planted):
+            os.remove(planted)
+    assert not mark.exists(), "a tool a sandbox planted ran as the server"

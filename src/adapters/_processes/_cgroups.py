@@ -37,21 +37,27 @@ from ._posix import SIGNALS
 # client's, so PWD is put back as it was: absent, or the value given as $1.
 JOIN_UNSET_PWD = 'echo 0 > "$0/cgroup.procs" || exit 126; unset PWD; exec "$@"'
 JOIN_KEEP_PWD = 'echo 0 > "$0/cgroup.procs" || exit 126; PWD=$1; export PWD; shift; exec "$@"'
-# The watchdog: waits for EOF on its stdin (the server gone), kills the tree, removes it.
+# The watchdog: waits for EOF on its stdin (the server gone), kills the tree, removes it. Its
+# tools are given as the files they are ($1...$5, `TOOLS`): by name, its shell would look each
+# up on PATH once the server is gone, after a sandbox allowed `/` could have put one of its own
+# first there (a /usr/sbin/grep), and run it as the server.
 WATCHDOG = """
-cat > /dev/null
+cat=$1 grep=$2 sleep=$3 find=$4 rmdir=$5
+"$cat" > /dev/null
 echo 1 > "$0/cgroup.kill" 2>/dev/null
 i=0
-while [ $i -lt 50 ] && grep -q "populated 1" "$0/cgroup.events" 2>/dev/null; do
-    sleep 0.1; i=$((i + 1))
+while [ $i -lt 50 ] && "$grep" -q "populated 1" "$0/cgroup.events" 2>/dev/null; do
+    "$sleep" 0.1; i=$((i + 1))
 done
-find "$0" -depth -type d -exec rmdir {} \\; 2>/dev/null
+"$find" "$0" -depth -type d -exec "$rmdir" {} \\; 2>/dev/null
 """
 # Run at every spawn, as the server: the file, not `/bin/sh`, two links a writable root could
 # turn (`_posix.real_program`).
 SHELL = os.path.realpath("/bin/sh")
 _servers = itertools.count(1)
 SETSID = _posix.real_program("setsid", path="/usr/bin:/bin")
+TOOLS = tuple(_posix.real_program(name, path="/usr/bin:/bin") or name
+              for name in ("cat", "grep", "sleep", "find", "rmdir"))
 FIXED_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
@@ -120,7 +126,8 @@ class Tree:
         # Not the server's child (`setsid --fork` leaves it to init): a host application's
         # waits, and a count of the server's children, see nothing of it.
         try:
-            subprocess.run([str(SETSID), "--fork", SHELL, "-c", WATCHDOG, base], stdin=read_end,
+            subprocess.run([str(SETSID), "--fork", SHELL, "-c", WATCHDOG, base, *TOOLS],
+                           stdin=read_end,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=FIXED_ENV,
                            timeout=10, check=True)
         finally:

@@ -44,6 +44,22 @@ def test_serving_loads_nothing_of_the_client_or_the_other_adapters() -> None:
     assert [name for name in NOT_FOR_SERVING if name in loaded] == []
 
 
+# Through the console script's entry, which stops the cyclic collector for the start.
+SERVE_THEN_COLLECTOR = (
+    "import gc, sys\n"
+    "from execproto.adapters import _entry\n"
+    "sys.argv = ['execproto', 'serve', '--listen', 'stdio', '--log-level', 'warning']\n"
+    "status = _entry.main()\n"
+    "print(status, gc.isenabled(), gc.get_freeze_count() > 0)\n"
+)
+
+
+def test_the_collector_runs_again_once_serving_with_the_start_frozen_out_of_it() -> None:
+    done = subprocess.run([sys.executable, "-c", SERVE_THEN_COLLECTOR], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["0", "True", "True"], done.stderr
+
+
 def serve_briefly(*args: str, env: dict[str, str] | None = None,
                   cwd: Path | None = None) -> tuple[str, str]:
     """stdout's first line and all of stderr, of a server stopped once it is listening."""

@@ -232,27 +232,36 @@ def test_the_rest_of_the_system_stays_writable(server: tuple[Client, str, int]) 
                 os.remove(path)
 
 
-@needs_bwrap
-@pytest.mark.xfail(strict=True, reason=(
-    "a link on the way to a held file (/lib64 -> usr/lib64, the loader PT_INTERP names; "
-    "/lib -> usr/lib, the loader's cache names every library through it; libz.so.1 -> "
-    "libz.so.1.2.13) is an entry of a writable directory: the stage must pin it, mounting "
-    "the link on itself (open_tree with AT_SYMLINK_NOFOLLOW, move_mount), as it pins "
-    "directories"))
-def test_no_link_on_the_way_to_the_loader_can_be_turned(
-        server: tuple[Client, str, int]) -> None:
-    client, workspace, _ = server
-    interpreter = _elf.read(os.path.realpath(shutil.which("bwrap") or "/bin/sh"))
-    assert interpreter is not None
-    links: list[str] = []  # every link on the way, shallow first
+def _links_on_the_way(path: str) -> list[str]:
+    """Every symlink met resolving ``path``, shallow first."""
+    links: list[str] = []
     here = ""
-    for part in interpreter.interpreter.strip("/").split("/"):
+    for part in path.strip("/").split("/"):
         here = f"{here}/{part}"
         if os.path.islink(here):
             links.append(here)
             here = os.path.realpath(here)
+    return links
+
+
+@needs_bwrap
+@pytest.mark.xfail(strict=True, reason=(
+    "a link on the way to a held file (/lib64 -> usr/lib64 on the way to the loader PT_INTERP "
+    "names; /lib -> usr/lib, through which the loader's cache names every library; "
+    "libz.so.1 -> libz.so.1.2.13) is an entry of a writable directory: the stage must pin "
+    "it, mounting the link on itself (open_tree with AT_SYMLINK_NOFOLLOW, move_mount), as "
+    "it pins directories"))
+def test_no_link_on_the_way_to_the_loader_or_a_library_can_be_turned(
+        server: tuple[Client, str, int]) -> None:
+    client, workspace, _ = server
+    interpreter = _elf.read(os.path.realpath(shutil.which("bwrap") or "/bin/sh"))
+    assert interpreter is not None
+    cache = _elf.cache()
+    names = [interpreter.interpreter, *(path for name in ("libc.so.6", "libz.so.1")
+                                        for path in cache.get(name, [])[:1])]
+    links = list(dict.fromkeys(link for name in names for link in _links_on_the_way(name)))
     if not links:
-        pytest.skip(f"{interpreter.interpreter} is reached through no link here")
+        pytest.skip("the loader and the libraries are reached through no link here")
     # Each link made again as it is, and renamed over itself: the host is left as it was.
     script = "; ".join(f"ln -sfn '{os.readlink(link)}' '{link}.probe' && "
                        f"if mv -T '{link}.probe' '{link}' 2>/dev/null; then echo '{link}: "
@@ -261,6 +270,12 @@ def test_no_link_on_the_way_to_the_loader_can_be_turned(
     ran = run(client, script, _root_write(workspace), cwd=workspace)
     assert "turned" not in ran.stdout, ran
 
+
+def test_the_watchdogs_tools_are_files_and_held() -> None:
+    held = set(_own_files.protected())
+    for tool in _cgroups.TOOLS:
+        assert os.path.isabs(tool) and os.path.realpath(tool) == tool, tool
+        assert tool in held, f"{tool} runs as the server and is not held read-only"
 
 @needs_bwrap
 def test_a_tool_planted_on_path_never_runs_when_the_watchdog_ends(tmp_path: Path) -> None:

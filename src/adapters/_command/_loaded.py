@@ -31,7 +31,11 @@ Held, as named and at their real paths:
 
 Not held: the rest of the system's libraries (a sandbox allowed `/` may still install
 software), data that decides nothing the server runs or trusts (`/etc/localtime`, the
-locale's translations), and what only the operator's shell reads.
+locale's translations), a name service module that is missing (only for a database the
+server never looks up here: `db`, `nis`), and what only the operator's shell reads. Not yet:
+the symlinks on the way to what is held (`/lib64` on the way to the loader, `/lib` to every
+library the cache names, a library's `.so.N`): the sandbox pins directories and holds
+files, not links (test_attack_loader_files.py says so, as an expected failure).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """execproto side by side with the reference exec-server and OpenSSH, in one run, on this machine.
 
     .venv/bin/python bench/compare.py [--quick] [--workloads LIST] [--table] [--json FILE]
-    .venv/bin/python bench/compare.py --from FILE [--table]    (a saved run, printed again)
+    .venv/bin/python bench/compare.py --from FILE... [--table]    (saved runs, printed again)
 
 Servers: execproto on each adapter; the reference `codex exec-server` 0.171.0 when it is
 installed (found as tests/reference.py finds it: `make reference` puts it there); OpenSSH on
@@ -9,9 +9,10 @@ loopback when `sshd` is installed (bench/openssh.py). Every exec-server gets the
 client (bench/wsbench.py). Workloads, chosen with --workloads (all by default):
 
   unsandboxed  (bench/workloads.py) stream: one process writes 256 MiB, from process/start until
-            every byte has arrived as process/output, the best of three; latency: 200 sequential
-            starts of `true`, each until its process/closed; fan-out: 200 processes started at
-            once, each printing 100 lines; idle RSS; the local floor (a pipe and
+            every byte has arrived as process/output, the best of three (the servers taking
+            turns, one stream each, so the machine's load falls on all alike); latency: 200
+            sequential starts of `true`, each until its process/closed; fan-out: 200 processes
+            started at once, each printing 100 lines; idle RSS; the local floor (a pipe and
             subprocess.run(["true"])); and backpressure: a client that stops reading while a
             process writes 1 GiB, where the writer must block and the server stay under 100 MB.
   sandboxed  (bench/sandboxed.py) start -> closed of `true` under codex's default sandboxes
@@ -70,16 +71,31 @@ def p95(values: list[float]) -> float:
     return sorted(values)[int(len(values) * 0.95) - 1]
 
 
-def measure_ws(start: Callable[[], Server], size: int, runs: int) -> dict[str, Any]:
-    server = start()
+def measure_ws(starts: dict[str, Callable[[], Server]], size: int,
+               runs: int) -> dict[str, dict[str, Any]]:
+    """Every exec-server's figures. They run side by side; each is measured alone in turn, and
+    the streams take turns (server after server, three rounds), so that a change in the
+    machine's load falls on all of them alike."""
+    servers = {}
     try:
-        idle = ws_idle(server)
-        lat = ws_latency(server, runs)
-        started, closed, peak = ws_fanout(server, runs)
-        stream = best_stream(lambda: ws_stream(server, size))
+        for name, start in starts.items():
+            servers[name] = start()
+        found = {}
+        for name, server in servers.items():
+            print(f"measuring {name} ...", file=sys.stderr)
+            idle = ws_idle(server)
+            lat = ws_latency(server, runs)
+            found[name] = (idle, lat, ws_fanout(server, runs))
+        print("measuring the streams, in turns ...", file=sys.stderr)
+        streams: dict[str, list[tuple[float, float, float]]] = {name: [] for name in servers}
+        for _ in range(STREAM_RUNS):
+            for name, server in servers.items():
+                streams[name].append(ws_stream(server, size))
     finally:
-        server.stop()
-    return figures(stream, lat, (started, closed, peak), idle)
+        for server in servers.values():
+            server.stop()
+    return {name: figures(best_stream(streams[name]), lat, fanout, idle)
+            for name, (idle, lat, fanout) in found.items()}
 
 
 def measure_ssh(binary: str, size: int, runs: int) -> dict[str, Any]:
@@ -88,7 +104,7 @@ def measure_ssh(binary: str, size: int, runs: int) -> dict[str, Any]:
         idle = rss_mb(sshd.daemons())
         lat = ssh_latency(sshd, runs)
         started, closed, peak = ssh_fanout(sshd, runs)
-        stream = best_stream(lambda: ssh_stream(sshd, size))
+        stream = best_stream([ssh_stream(sshd, size) for _ in range(STREAM_RUNS)])
     finally:
         sshd.stop()
     return figures(stream, lat, (started, closed, peak), idle)
@@ -105,13 +121,10 @@ def figures(stream: dict[str, float], latencies: list[float],
 
 def unsandboxed(adapters: list[str], python: str, size: int, runs: int,
                 notes: list[str]) -> dict[str, dict[str, Any]]:
-    results: dict[str, dict[str, Any]] = {}
-    for adapter in adapters:
-        print(f"measuring execproto-{adapter} ...", file=sys.stderr)
-        results[f"execproto-{adapter}"] = measure_ws(execproto(adapter, python), size, runs)
+    starts = {f"execproto-{adapter}": execproto(adapter, python) for adapter in adapters}
     if REFERENCE:
-        print("measuring the reference ...", file=sys.stderr)
-        results["reference"] = measure_ws(reference(REFERENCE), size, runs)
+        starts["reference"] = reference(REFERENCE)
+    results = measure_ws(starts, size, runs)
     sshd = shutil.which("sshd")
     if sshd is None and os.access("/usr/sbin/sshd", os.X_OK):
         sshd = "/usr/sbin/sshd"
@@ -145,13 +158,15 @@ def main() -> None:
                         help="the interpreter whose execproto is measured (default this one's): "
                         "e.g. a virtual environment with another checkout installed; the "
                         "cold start is always of the checkout bench/ lies in")
-    parser.add_argument("--from", dest="saved", type=Path,
-                        help="measure nothing: print the run saved with --json in this file")
+    parser.add_argument("--from", dest="saved", type=Path, nargs="+",
+                        help="measure nothing: print the runs saved with --json in these files "
+                        "(of several, with --table: the medians and the ratios' range)")
     args = parser.parse_args()
     first = f"execproto-{args.adapters.split(',')[0]}"
     if args.saved:
-        saved = json.loads(args.saved.read_text())
-        print(readme_table(saved, first) if args.table else summary(saved, first))
+        saved = [json.loads(path.read_text()) for path in args.saved]
+        print(readme_table(saved, first) if args.table
+              else "\n\n".join(summary(run, first) for run in saved))
         return
     size, runs = (32 << 20, 50) if args.quick else (STREAM, RUNS)
     sandboxed_runs, cold_runs = (20, 5) if args.quick else (SANDBOXED_RUNS, COLD_RUNS)
@@ -187,7 +202,7 @@ def main() -> None:
     run["sizes"] = {"stream_mib": size >> 20, "runs": runs, "sandboxed_runs": sandboxed_runs,
                     "cold_runs": cold_runs, "cores": os.cpu_count()}
 
-    print(readme_table(run, first) if args.table else summary(run, first))
+    print(readme_table([run], first) if args.table else summary(run, first))
     if args.json:
         args.json.write_text(json.dumps(run, indent=2) + "\n")
 

@@ -4,8 +4,10 @@ the same run (the reference's, or the stack's floor for a cold start)."""
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from cold_start import DEPLOYED, FLOOR, REFERENCE_NAME
@@ -157,11 +159,31 @@ def times_spread(times: list[float]) -> str:
     return f"{median(times):.0f} ({min(times):.0f}–{max(times):.0f})"
 
 
-def readme_table(run: dict[str, Any], ours: str) -> str:
-    """The README's performance table: one row a figure, ours beside what it is judged against,
-    and the ratio of the two; under it the command and the machine's load."""
+SPREAD = re.compile(r" \((p95|p10–p90|min–max)\)")  # a spread's name in a label
+
+
+@dataclass
+class Row:
+    """One figure of the README table: ours and what it is judged against, from one run."""
+
+    label: str
+    against: str  # "reference", or "the stack's floor"
+    fmt: str
+    ours: float | None  # None: not measured (``ours_text`` says why)
+    theirs: float | None
+    ours_text: str
+    theirs_text: str
+    target: str
+    workload: str  # the --workloads that measures it
+
+    @property
+    def ratio(self) -> float | None:
+        return self.ours / self.theirs if self.ours is not None and self.theirs else None
+
+
+def rows_of(run: dict[str, Any], ours: str) -> list[Row]:
     sizes = run["sizes"]
-    rows: list[tuple[str, str, str, str, str, str]] = []  # and the target, and the workload
+    rows: list[Row] = []
     results = run.get("results", {})
     r, ref = results.get(ours), results.get("reference")
     if r is not None and ref is not None:
@@ -182,34 +204,67 @@ def readme_table(run: dict[str, Any], ours: str) -> str:
             if spread:
                 mine += f" ({fmt.format(r[spread])})"
                 theirs += f" ({fmt.format(ref[spread])})"
-            rows.append((label, mine, f"reference {theirs}", f"{r[key] / ref[key]:.2f}x",
-                         target, "unsandboxed"))
+            rows.append(Row(label, "reference", fmt, r[key], ref[key], mine, theirs, target,
+                            "unsandboxed"))
     for profile, servers in run.get("sandboxed", {}).items():
         label = (f"sandboxed start → closed of `true`, {profile}, median ms (p10–p90), "
                  f"{sizes['sandboxed_runs']} one after another")
         mine, theirs = servers.get(ours, {}), servers.get("reference", {})
-        ratio = sandboxed_ratio(servers, ours)
-        rows.append((label, ms_spread(mine) if "median_ms" in mine else mine.get("skipped", "-"),
-                     f"reference {ms_spread(theirs)}" if "median_ms" in theirs
-                     else theirs.get("skipped", "-"),
-                     f"{ratio:.2f}x" if ratio is not None else "-", f"≤ {SANDBOXED_AT_MOST:g}x",
-                     "sandboxed"))
+        rows.append(Row(label, "reference", "{:.1f}", mine.get("median_ms"),
+                        theirs.get("median_ms"),
+                        ms_spread(mine) if "median_ms" in mine else mine.get("skipped", "-"),
+                        ms_spread(theirs) if "median_ms" in theirs else theirs.get("skipped", "-"),
+                        f"≤ {SANDBOXED_AT_MOST:g}x", "sandboxed"))
     cold = run.get("cold")
     if cold:
         label = (f"cold start, launch → `/readyz` 200, as deployed, median ms (min–max), "
                  f"{sizes['cold_runs']} each")
-        ours_cold = times_spread(cold[DEPLOYED])
-        rows.append((label, ours_cold, f"the stack's floor {times_spread(cold[FLOOR])}",
-                     f"{median(cold[DEPLOYED]) / median(cold[FLOOR]):.2f}x",
-                     f"≤ {COLD_AT_MOST_FLOOR:g}x", "cold"))
+        mine_cold = times_spread(cold[DEPLOYED])
+        rows.append(Row(label, "the stack's floor", "{:.0f}", median(cold[DEPLOYED]),
+                        median(cold[FLOOR]), mine_cold, times_spread(cold[FLOOR]),
+                        f"≤ {COLD_AT_MOST_FLOOR:g}x", "cold"))
         if REFERENCE_NAME in cold:
-            rows.append((label, ours_cold, f"reference {times_spread(cold[REFERENCE_NAME])}",
-                         f"{median(cold[DEPLOYED]) / median(cold[REFERENCE_NAME]):.2f}x", "",
-                         "cold"))
-    lines = [f"| figure | {ours} | against | ratio | target | `--workloads` |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {' | '.join(row)} |" for row in rows]
-    lines += ["", f"Measured by `{run['command']}` on {run['at']}, {sizes['cores']} cores, load "
-              f"average (1, 5, 15 min) {run['load_before']} before and {run['load_after']} after."]
-    lines += [f"Note: {note}." for note in run["notes"]]
+            rows.append(Row(label, "reference", "{:.0f}", median(cold[DEPLOYED]),
+                            median(cold[REFERENCE_NAME]), mine_cold,
+                            times_spread(cold[REFERENCE_NAME]), "", "cold"))
+    return rows
+
+
+def readme_table(runs: list[dict[str, Any]], ours: str) -> str:
+    """The README's performance table: one row a figure, ours beside what it is judged against
+    and the ratio of the two; under it the command and the machine's load. Of several runs
+    (taken in turns with other work, or at different times), the medians across the runs, and
+    the ratio's median and range."""
+    if len(runs) == 1:
+        lines = [f"| figure | {ours} | against | ratio | target | `--workloads` |",
+                 "|---|---|---|---|---|---|"]
+        lines += [f"| {row.label} | {row.ours_text} | {row.against} {row.theirs_text} | "
+                  f"{'-' if row.ratio is None else f'{row.ratio:.2f}x'} | {row.target} | "
+                  f"{row.workload} |" for row in rows_of(runs[0], ours)]
+    else:
+        lines = [f"| figure | {ours}, median of the runs | against, median of the runs | "
+                 f"ratio: median (range) of {len(runs)} runs | target | `--workloads` |",
+                 "|---|---|---|---|---|---|"]
+        grouped: dict[tuple[str, str], list[Row]] = {}
+        for run in runs:
+            for row in rows_of(run, ours):
+                grouped.setdefault((row.label, row.against), []).append(row)
+        for (label, against), rows in grouped.items():
+            mine = [row.ours for row in rows if row.ours is not None]
+            theirs = [row.theirs for row in rows if row.theirs is not None]
+            ratios = [row.ratio for row in rows if row.ratio is not None]
+            fmt = rows[0].fmt
+            ratio = "-"
+            if ratios:
+                ratio = f"{median(ratios):.2f}x ({min(ratios):.2f}–{max(ratios):.2f})"
+                if len(ratios) < len(runs):
+                    ratio += f", {len(ratios)} runs"
+            lines.append(f"| {SPREAD.sub('', label)} | {fmt.format(median(mine)) if mine else '-'}"
+                         f" | {against} {fmt.format(median(theirs)) if theirs else '-'}"
+                         f" | {ratio} | {rows[0].target} | {rows[0].workload} |")
+    for run in runs:
+        lines += ["", f"Measured by `{run['command']}` on {run['at']}, {run['sizes']['cores']} "
+                  f"cores, load average (1, 5, 15 min) {run['load_before']} before and "
+                  f"{run['load_after']} after."]
+    lines += [f"Note: {note}." for note in dict.fromkeys(n for run in runs for n in run["notes"])]
     return "\n".join(lines)

@@ -111,7 +111,7 @@ def test_the_table_shows_each_figure_beside_the_reference_and_the_floor() -> Non
         "cold": {cold_start.FLOOR: [100.0, 110.0, 120.0], cold_start.DEPLOYED: [150, 160, 170],
                  cold_start.REFERENCE_NAME: [10.0, 11.0, 12.0]},
     }
-    table = report.readme_table(run, "execproto-asyncio").splitlines()
+    table = report.readme_table([run], "execproto-asyncio").splitlines()
 
     def row(*words: str) -> str:
         return next(line for line in table if all(word in line for word in words))

@@ -435,3 +435,68 @@ def test_a_sandboxed_process_is_born_in_its_own_cgroup() -> None:
         client.events_until_closed("cg")
     finally:
         server.stop()
+
+
+# -- its cgroup, either way in -------------------------------------------------------------------
+
+@pytest.fixture
+def tree() -> Iterator[object]:
+    from execproto.adapters._processes._cgroups import Tree
+
+    made, problem = Tree.create()
+    if not isinstance(made, Tree):
+        pytest.skip(f"no cgroup can be made here: {problem}")
+    yield made
+    made.close()
+
+
+def _cgroup_of(pid: int) -> str:
+    line = next(line for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                if line.startswith("0::"))
+    return line[3:]
+
+
+def test_a_child_is_born_in_its_cgroup(zygote: _zygote.Zygote, tree: object) -> None:
+    from execproto.adapters._processes._cgroups import Tree, wrapper
+
+    assert isinstance(tree, Tree)
+    place = tree.place(1)
+    assert place is not None
+    child = zygote.spawn(spec("/bin/sleep", "30"), (), wrapper(place, ()))
+    try:
+        assert place.endswith(_cgroup_of(child.pid)), (place, _cgroup_of(child.pid))
+    finally:
+        child.signal_group("KILL")
+        finish(child)
+        tree.finished(1)
+
+
+def test_a_child_not_born_there_joins_its_cgroup_by_itself(zygote: _zygote.Zygote,
+                                                           tree: object) -> None:
+    """The way where clone3 is filtered: a plain ``start`` with a cgroup in the body."""
+    from execproto.adapters._processes._cgroups import Tree
+
+    assert isinstance(tree, Tree)
+    place = tree.place(2)
+    assert place is not None
+    directory = os.open(place, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    body = b"\0".join([b"/", b"", b"", b"1", b"0", b"2", b"/bin/sleep", b"30", b"PATH=/bin"])
+    fds, gate, mine = _request(body)
+    try:
+        said, got = _exchange(zygote, b"start", [*fds, directory])
+    finally:
+        for fd in [*mine, directory]:
+            os.close(fd)
+    assert said.startswith(b"ok "), said
+    pid = int(said[3:])
+    with gate:
+        gate.send(b"g")
+        gate.settimeout(10)
+        assert gate.recv(64) == b""  # started
+    child = Child(pid, got[0], {}, None)
+    try:
+        assert place.endswith(_cgroup_of(pid)), (place, _cgroup_of(pid))
+    finally:
+        child.signal_group("KILL")
+        finish(child)
+        tree.finished(2)

@@ -152,12 +152,13 @@ class Zygote:
         except OSError:
             pass
 
-    def _ask(self, fds: list[int]) -> tuple[int, int]:
-        """One start, its descriptors sent: the (pid, pidfd) the stage server answers."""
+    def _ask(self, fds: list[int], cgroup: bool) -> tuple[int, int]:
+        """One start, its descriptors sent (the cgroup's directory after stdio, if
+        ``cgroup``): the (pid, pidfd) the stage server answers."""
         link = self._running()
         with self._exchange:
             try:
-                socket.send_fds(link.control, [b"start"], fds)
+                socket.send_fds(link.control, [b"start cgroup" if cgroup else b"start"], fds)
                 said, got, _, _ = socket.recv_fds(link.control, 256, 1,
                                                   socket.MSG_CMSG_CLOEXEC)
             except OSError:  # its socket closed, or no answer in time
@@ -212,7 +213,7 @@ class Zygote:
                 sent.append(os.open(place, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
                 theirs.append(sent[-1])
             body = _body(spec, plan, argv, place is not None, pass_fds)
-            pid, pidfd = self._started(body, sent, pass_fds)
+            pid, pidfd = self._started(body, sent, pass_fds, place is not None)
         except BaseException:
             for fd in ours:
                 close_quietly(fd)
@@ -234,7 +235,7 @@ class Zygote:
                                       "stderr": set_nonblocking(ours[-1])}
         return Child(pid, pidfd, outputs, stdin_fd)
 
-    def _started(self, body: bytes, sent: list[int], pass_fds: Sequence[int]
+    def _started(self, body: bytes, sent: list[int], pass_fds: Sequence[int], cgroup: bool
                  ) -> tuple[int, int]:
         """The exchange and the child's set-up; tried once more if the stage server was lost."""
         for attempt in (1, 2):
@@ -243,7 +244,8 @@ class Zygote:
             try:
                 with gate:
                     try:
-                        pid, pidfd = self._ask([memfd, their_gate.fileno(), *sent, *pass_fds])
+                        pid, pidfd = self._ask([memfd, their_gate.fileno(), *sent, *pass_fds],
+                                               cgroup)
                     except Lost:
                         if attempt == 2:
                             raise OSError(errno.EIO, "the sandbox's stage server ended during "

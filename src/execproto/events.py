@@ -68,7 +68,7 @@ class Event(Record):
     __slots__ = ()
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class ConnectionOpened(Event):
     """A client connected (a websocket finished its upgrade, or stdio started).
 
@@ -90,7 +90,7 @@ class ConnectionOpened(Event):
     identity: str = ""
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class MessageReceived(Event):
     """One whole message (a websocket text or binary message, or one stdio line) arrived.
 
@@ -102,28 +102,28 @@ class MessageReceived(Event):
     data: bytes | str
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class ConnectionClosed(Event):
     """The connection is gone, whoever closed it. Its session detaches and waits to be resumed."""
 
     conn: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class SendBlocked(Event):
     """The connection's outgoing buffer is over the adapter's high-water mark."""
 
     conn: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class SendDrained(Event):
     """The connection's outgoing buffer is back under the adapter's low-water mark."""
 
     conn: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class ProcessSpawned(Event):
     """The process of a `Spawn` is running; ``pid`` is its process id (and process group)."""
 
@@ -131,7 +131,7 @@ class ProcessSpawned(Event):
     pid: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class SpawnFailed(Event):
     """The process of a `Spawn` could not be started. The core still emits its `Finalize`."""
 
@@ -144,7 +144,7 @@ class SpawnFailed(Event):
     refused: bool = False
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class OutputReceived(Event):
     """A chunk of a process's output, read from ``stream`` (one still open).
 
@@ -157,7 +157,7 @@ class OutputReceived(Event):
     data: bytes
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class StreamClosed(Event):
     """``stream`` reached EOF. No output may follow on it."""
 
@@ -165,7 +165,7 @@ class StreamClosed(Event):
     stream: Stream
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class StdinWritten(Event):
     """``size`` more bytes that `WriteStdin` asked for reached the process's stdin, or were
     dropped because the process closed it (``closed``: nothing more can reach it); in order,
@@ -176,7 +176,7 @@ class StdinWritten(Event):
     closed: bool = False
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class ProcessExited(Event):
     """The direct child terminated (observed without reaping it)."""
 
@@ -185,7 +185,7 @@ class ProcessExited(Event):
     returncode: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class FinalizeFailed(Event):
     """The backend's finalize hook failed for a process the core had finalized.
 
@@ -196,7 +196,7 @@ class FinalizeFailed(Event):
     error: str
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, eq=False)
 class Encoded(Record):
     """A result the adapter wrote as JSON text itself (ASCII, one value), answered as it is.
     For the large ones: a walk's 50,000 entries as dicts were 300,000 small objects at once,
@@ -205,7 +205,7 @@ class Encoded(Record):
     text: str
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class FsCompleted(Event):
     """A `RunFs` call (or a `WatchMissing` watch's first check) is done: its ``result``, the
     method's JSON result (or an `Encoded` one), or its ``error``, answered to the client as
@@ -216,14 +216,14 @@ class FsCompleted(Event):
     error: RpcError | None = None
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class MissingChanged(Event):
     """A `WatchMissing` watch saw a missing path appear (or its present path go)."""
 
     watch: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class HttpResponded(Event):
     """An ``http/request`` got its status and headers (and, unless streaming, its body)."""
 
@@ -233,7 +233,7 @@ class HttpResponded(Event):
     body: bytes = b""
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class HttpBodyReceived(Event):
     """A piece of a streamed response body, after `HttpResponded` and before `HttpFinished`."""
 
@@ -241,7 +241,7 @@ class HttpBodyReceived(Event):
     data: bytes
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class HttpFinished(Event):
     """The request is over: the streamed body ended, or the request failed (``error``)."""
 
@@ -249,7 +249,7 @@ class HttpFinished(Event):
     error: str | None = None
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class ProxyAsked(Event):
     """Process ``proc``'s managed network proxy was asked for a connection (``question``: what
     to, resolved already). The core answers with `AnswerProxy` for the same ``ask``, at once or
@@ -262,14 +262,14 @@ class ProxyAsked(Event):
     wall: float
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class ForwardConnected(Event):
     """The stream of an `OpenForward` is connected: its bytes may move."""
 
     stream: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class ForwardUnrouted(Event):
     """The backend gave no socket in the session's network for an `OpenForward`: the
     session's sandboxes get no network of their own here (``network`` "none": the backend
@@ -282,7 +282,7 @@ class ForwardUnrouted(Event):
     listening: tuple[int, ...] = ()
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class ForwardFailed(Event):
     """The stream could not connect, or broke (``error``, the OS's words: "Connection refused
     (os error 111)"). It is closed and forgotten already."""
@@ -291,7 +291,7 @@ class ForwardFailed(Event):
     error: str
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class ForwardReceived(Event):
     """Bytes the stream's target sent."""
 
@@ -299,14 +299,14 @@ class ForwardReceived(Event):
     data: bytes
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class ForwardEnded(Event):
     """The stream's target sent EOF: no `ForwardReceived` follows."""
 
     stream: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class ForwardWritten(Event):
     """``size`` more bytes of the `WriteForward` actions reached the target's socket, in
     order, never more than was asked."""
@@ -315,7 +315,7 @@ class ForwardWritten(Event):
     size: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class Drain(Event):
     """The server is going to stop (an orchestrator's SIGTERM): it starts no new process and
     takes no new connection, and goes on serving those it has, so running processes can finish
@@ -323,7 +323,7 @@ class Drain(Event):
     grace runs out."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class Shutdown(Event):
     """The server is stopping: close every connection and terminate every process.
 
@@ -333,7 +333,7 @@ class Shutdown(Event):
     """
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class Tick(Event):
     """A deadline from `ServerCore.next_deadline` may have passed. Harmless at any time."""
 

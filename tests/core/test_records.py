@@ -1,5 +1,6 @@
-"""The core's classes share one ``__repr__`` (`_records.Record`) rather than each making its
-own at import, and it reads as attrs' would: a server's start makes ~100 of them."""
+"""The core's classes share one ``__repr__``, ``__eq__`` and ``__hash__`` (`_records.Record`)
+rather than each compiling its own at import, and they behave as attrs' would: a server's start
+makes ~100 of them."""
 
 from __future__ import annotations
 
@@ -7,16 +8,18 @@ import attrs
 
 from execproto import _params
 from execproto._records import Record
-from execproto.actions import ACTION_TYPES, FsRequest, HttpRequest, SpawnSpec
-from execproto.events import EVENT_TYPES, Encoded
+from execproto.actions import ACTION_TYPES, FsRequest, HttpRequest, Send, SpawnSpec
+from execproto.events import EVENT_TYPES, Encoded, MessageReceived
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class Mine(Record):
     number: int
     data: bytes
     hidden: str = attrs.field(repr=False, default="secret")
     shown: str = attrs.field(repr=lambda value: "<" + value + ">", default="as told")
+    loose: str = attrs.field(eq=False, default="")
+    folded: str = attrs.field(eq=str.lower, default="")
 
 
 @attrs.frozen(kw_only=True)
@@ -25,6 +28,14 @@ class Theirs:
     data: bytes
     hidden: str = attrs.field(repr=False, default="secret")
     shown: str = attrs.field(repr=lambda value: "<" + value + ">", default="as told")
+    loose: str = attrs.field(eq=False, default="")
+    folded: str = attrs.field(eq=str.lower, default="")
+
+
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class Twin(Record):
+    number: int
+    data: bytes
 
 
 def test_a_record_reads_as_attrs_own_repr() -> None:
@@ -33,9 +44,34 @@ def test_a_record_reads_as_attrs_own_repr() -> None:
     assert "secret" not in repr(mine)
 
 
-def test_every_event_action_and_params_class_uses_the_shared_repr() -> None:
+def test_a_record_compares_and_hashes_as_attrs_own() -> None:
+    cases = [({"number": 1, "data": b"a"}, {"number": 1, "data": b"a"}),
+             ({"number": 1, "data": b"a"}, {"number": 2, "data": b"a"}),
+             ({"number": 1, "data": b"a"}, {"number": 1, "data": b"b"}),
+             ({"number": 1, "data": b"a", "loose": "x"}, {"number": 1, "data": b"a", "loose": "y"}),
+             ({"number": 1, "data": b"a", "folded": "X"}, {"number": 1, "data": b"a",
+                                                           "folded": "x"}),
+             ({"number": 1, "data": b"a", "folded": "X"}, {"number": 1, "data": b"a",
+                                                           "folded": "y"}),
+             ({"number": 1, "data": b"a", "hidden": "p"}, {"number": 1, "data": b"a"})]
+    for one, other in cases:
+        same = Theirs(**one) == Theirs(**other)
+        assert (Mine(**one) == Mine(**other)) is same, (one, other)
+        assert (Mine(**one) != Mine(**other)) is not same, (one, other)
+        if same:
+            assert hash(Mine(**one)) == hash(Mine(**other)), (one, other)
+    # Only the very same class: equal fields of another class are not equal, as with attrs.
+    assert Twin(number=1, data=b"a") != Mine(number=1, data=b"a")
+    assert Mine(number=1, data=b"a") != Theirs(number=1, data=b"a")
+    assert len({Send(conn=1, data=b"x"), Send(conn=1, data=b"x"), Send(conn=2, data=b"x")}) == 2
+    assert MessageReceived(conn=1, data=b"x") != Send(conn=1, data=b"x")
+
+
+def test_every_event_action_and_params_class_uses_the_shared_methods() -> None:
     params = [value for value in vars(_params).values()
               if isinstance(value, type) and attrs.has(value)
               and value.__module__ == _params.__name__]
     classes = [*EVENT_TYPES, *ACTION_TYPES, Encoded, SpawnSpec, FsRequest, HttpRequest, *params]
-    assert [cls for cls in classes if cls.__repr__ is not Record.__repr__] == []
+    for method in ("__repr__", "__eq__", "__hash__"):
+        assert [cls for cls in classes
+                if getattr(cls, method) is not getattr(Record, method)] == [], method

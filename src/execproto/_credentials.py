@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from ._netproxy import Auth, ProviderConfig, normalize_host
+from ._records import Record
 
 AUTHS: tuple[Auth, ...] = ("bearer", "token", "basic", "header")
 
@@ -74,8 +75,8 @@ _ALPHANUMERIC = _LETTERS + _LETTERS.upper() + "0123456789"
 
 # -- destinations -------------------------------------------------------------------------------
 
-@attrs.frozen
-class Destination:
+@attrs.frozen(repr=False)
+class Destination(Record):
     """Where a credential may go: a scheme, a host (or its subdomains), a port and a path
     prefix. HTTPS unless the host is loopback (then plain HTTP may be named)."""
 
@@ -163,8 +164,8 @@ _OPENAI = (Destination("https", "api.openai.com", False, 443),)
 Kind = Literal["github", "openai", "custom"]
 
 
-@attrs.frozen(kw_only=True)
-class Provider:
+@attrs.frozen(kw_only=True, repr=False)
+class Provider(Record):
     """A provider that applies: its variables, how its dummies look, where its credentials may
     go and in which headers they travel."""
 
@@ -186,8 +187,8 @@ class Provider:
         return any(re.fullmatch(pattern, value) for pattern in self.patterns)
 
 
-@attrs.frozen
-class Dropped:
+@attrs.frozen(repr=False)
+class Dropped(Record):
     """A custom provider that failed its checks: the reference's log line, without values."""
 
     name: str
@@ -346,8 +347,8 @@ def dummy_value(provider: Provider, real: str, draw: Callable[[int], bytes]) -> 
 
 # -- the child's environment ----------------------------------------------------------------------
 
-@attrs.frozen
-class Brokered:
+@attrs.frozen(repr=False)
+class Brokered(Record):
     """One masked variable: the child sees ``dummy``; the proxy may send ``real`` in its
     place, toward the provider's destinations only. ``real`` never leaves the server."""
 
@@ -357,8 +358,8 @@ class Brokered:
     dummy: str
 
 
-@attrs.frozen
-class Masking:
+@attrs.frozen(repr=False)
+class Masking(Record):
     env: dict[str, str]
     credentials: tuple[Brokered, ...]
     unprotected: bool  # a credential stays unmasked: the reference warns (`UNPROTECTED`)

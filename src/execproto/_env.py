@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import attrs
 
+from ._records import Record
+
 # The variables a program needs to find its user, its tools, its locale and a temporary
 # directory. LANG is here because the reference (0.171.0) keeps it under "core".
 CORE_VARS = (
@@ -39,8 +41,8 @@ Inherit = Literal["core", "all", "none"]
 INHERIT_CHOICES: tuple[Inherit, ...] = ("core", "all", "none")
 
 
-@attrs.frozen(kw_only=True)
-class EnvPolicy:
+@attrs.frozen(kw_only=True, repr=False)
+class EnvPolicy(Record):
     """A ``process/start`` request's ``envPolicy``: what the child takes from the server's
     environment, applied by `child_environment` in the order the module describes."""
 

@@ -15,6 +15,7 @@ import attrs
 from ._b64 import decode as b64decode
 from ._errors import invalid_params
 from ._fields import Fields
+from ._records import Record
 
 # One write's bytes at most: a client keeps several in flight, each answered once written.
 MAX_WRITE = 1 << 20
@@ -24,28 +25,28 @@ MAX_WRITE_BACKLOG = 4 << 20
 MAX_WRITE_TOTAL = 64 << 20
 
 
-@attrs.frozen
-class OpenParams:
+@attrs.frozen(repr=False)
+class OpenParams(Record):
     host: str  # an IP address, as the adapter connects to it
     port: int
     session_id: str | None  # whose network (None: the caller's own session)
 
 
-@attrs.frozen
-class WriteParams:
+@attrs.frozen(repr=False)
+class WriteParams(Record):
     stream_id: int
     data: bytes
     eof: bool
 
 
-@attrs.frozen
-class AckParams:
+@attrs.frozen(repr=False)
+class AckParams(Record):
     stream_id: int
     seq: int
 
 
-@attrs.frozen
-class CloseParams:
+@attrs.frozen(repr=False)
+class CloseParams(Record):
     stream_id: int
 
 

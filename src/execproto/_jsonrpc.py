@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from ._errors import RpcError
+from ._records import Record
 from .events import Encoded
 
 Id = str | int
@@ -24,8 +25,8 @@ UNKNOWN_ID = -1
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
-@attrs.frozen
-class Incoming:
+@attrs.frozen(repr=False)
+class Incoming(Record):
     """A request (``id`` set) or a notification (``id`` None)."""
 
     method: str
@@ -33,15 +34,15 @@ class Incoming:
     id: Id | None
 
 
-@attrs.frozen
-class Malformed:
+@attrs.frozen(repr=False)
+class Malformed(Record):
     """A frame that is not a message; answered with id -1 and ``detail`` in the message."""
 
     detail: str
 
 
-@attrs.frozen
-class ClientResponse:
+@attrs.frozen(repr=False)
+class ClientResponse(Record):
     """A response from the client, to one of the server's requests (``network/policyRequest``)
     or to nothing: ``result`` as sent, or ``error`` (the error object) if it failed."""
 

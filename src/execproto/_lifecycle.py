@@ -117,6 +117,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ._errors import SESSION_ATTACHED, LocalProtocolError, RpcError
+from ._records import Record
 
 if TYPE_CHECKING:
     from ._process import Process
@@ -299,8 +300,8 @@ SESSION_REFUSED: dict[tuple[SessionState, SessionInput], tuple[int, str]] = {
 _ANY_STOP = frozenset(Stop)
 
 
-@attrs.frozen
-class Rule:
+@attrs.frozen(repr=False)
+class Rule(Record):
     """When a process is in ``phase`` with its stop in ``stops`` (and, unless None, some stream
     open or not), it moves to ``to_phase`` / ``to_stop`` (None: unchanged), then ``then``."""
 

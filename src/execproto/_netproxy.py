@@ -65,6 +65,7 @@ from typing import Any, Literal
 import attrs
 
 from ._errors import invalid_params
+from ._records import Record
 
 Protocol = Literal["http", "https_connect", "socks5_tcp", "socks5_udp"]
 PROTOCOLS: tuple[Protocol, ...] = ("http", "https_connect", "socks5_tcp", "socks5_udp")
@@ -96,8 +97,8 @@ LOCAL_NO_PROXY = "localhost,127.0.0.1,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/1
 Auth = Literal["bearer", "token", "basic", "header"]
 
 
-@attrs.frozen(kw_only=True)
-class ProviderConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class ProviderConfig(Record):
     """One entry of ``credentialProviders`` as sent (`_credentials` checks and applies it)."""
 
     name: str
@@ -112,8 +113,8 @@ class ProviderConfig:
 
 # -- configuration ------------------------------------------------------------------------------
 
-@attrs.frozen(kw_only=True)
-class ProxyConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class ProxyConfig(Record):
     """``networkProxy.proxy``. ``domains`` keeps every entry, sorted by pattern as the reference
     holds them; ``none`` entries count for nothing."""
 
@@ -137,8 +138,8 @@ class ProxyConfig:
         return tuple(pattern for pattern, given in self.domains if given == permission)
 
 
-@attrs.frozen(kw_only=True)
-class ProxyLaunch:
+@attrs.frozen(kw_only=True, repr=False)
+class ProxyLaunch(Record):
     """``networkProxy``: how to start the executor-local proxy for one process.
     ``policy_decision_timeout_ms`` set means the client is a decider (it answers
     ``network/policyRequest``)."""
@@ -154,8 +155,8 @@ class ProxyLaunch:
         return self.policy_decision_timeout_ms is not None
 
 
-@attrs.frozen(kw_only=True)
-class ManagedNetwork:
+@attrs.frozen(kw_only=True, repr=False)
+class ManagedNetwork(Record):
     """``managedNetwork``: what the sandbox leaves reachable. Every field is optional."""
 
     loopback_ports: tuple[int, ...] = ()
@@ -218,8 +219,8 @@ def normalize_host(host: str) -> str:
     return host.lower().rstrip(".")
 
 
-@attrs.frozen
-class _Pattern:
+@attrs.frozen(repr=False)
+class _Pattern(Record):
     kind: Literal["any", "apex_and_subdomains", "subdomains", "exact"]
     domain: str
 
@@ -290,8 +291,8 @@ def _local_literal(host: str) -> bool:
 
 # -- decisions ----------------------------------------------------------------------------------
 
-@attrs.frozen(kw_only=True)
-class Question:
+@attrs.frozen(kw_only=True, repr=False)
+class Question(Record):
     """One connection the proxy was asked for. ``addresses``: what the adapter resolved the host
     to before asking (empty: it did not resolve); for an IP literal, that literal. ``method``:
     the HTTP method (``CONNECT`` for https_connect), None for SOCKS5. ``client``: the child's
@@ -305,8 +306,8 @@ class Question:
     addresses: tuple[str, ...] = ()
 
 
-@attrs.frozen(kw_only=True)
-class Verdict:
+@attrs.frozen(kw_only=True, repr=False)
+class Verdict(Record):
     """One decision. ``decision`` "ask" means: ask the client (never reported, never final)."""
 
     decision: Literal["allow", "deny", "ask"]

@@ -20,6 +20,8 @@ from typing import Literal
 
 import attrs
 
+from ._records import Record
+
 Access = Literal["none", "read", "write"]
 RANK: dict[str, int] = {"none": 0, "read": 1, "write": 2}
 
@@ -34,8 +36,8 @@ def _depth(path: str) -> int:
     return 0 if path == "/" else path.count("/")
 
 
-@attrs.frozen(kw_only=True)
-class PathRule:
+@attrs.frozen(kw_only=True, repr=False)
+class PathRule(Record):
     """Access to ``path`` and everything beneath it, unless a deeper rule says otherwise."""
 
     path: str
@@ -50,8 +52,8 @@ def _sorted(rules: Iterable[PathRule]) -> tuple[PathRule, ...]:
     return tuple(sorted(rules, key=lambda rule: (_depth(rule.path), rule.path)))
 
 
-@attrs.frozen(kw_only=True)
-class Policy:
+@attrs.frozen(kw_only=True, repr=False)
+class Policy(Record):
     """A restricted sandbox. ``rules`` are sorted shallow first and hold one rule per path."""
 
     rules: tuple[PathRule, ...]

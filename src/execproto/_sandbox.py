@@ -41,6 +41,7 @@ from ._fields import Fields, text, wrong_type
 from ._jsonrpc import describe
 from ._paths import PATH_MAX, ForeignPath, parse_uri
 from ._policy import PathRule, Policy
+from ._records import Record
 
 CANNOT_ENFORCE = "sandbox intent cannot be enforced on this executor"
 # Every entry becomes a mount at each start: a request for thousands would tie the server up
@@ -107,15 +108,15 @@ def _present(fields: Fields, name: str) -> Any:
     return value
 
 
-@attrs.frozen(kw_only=True)
-class _Entry:
+@attrs.frozen(kw_only=True, repr=False)
+class _Entry(Record):
     kind: str  # "path", "glob", or a special kind
     path: str  # the native path, the pattern, or the subpath ("" for none)
     access: str
 
 
-@attrs.frozen(kw_only=True)
-class SandboxRequest:
+@attrs.frozen(kw_only=True, repr=False)
+class SandboxRequest(Record):
     """A parsed ``sandbox`` object, before its special paths are resolved."""
 
     restricted_fs: bool

@@ -27,6 +27,7 @@ from ._jsonrpc import Id
 from ._lifecycle import Do, SessionInput, Timer, may_hold
 from ._processes import ProcessHandlers
 from ._proxying import ProxyHandlers
+from ._records import Record
 from ._services import parse_fs, parse_http
 from ._session import Connection, Greeting, Handshake, Session
 from ._stats import Stats
@@ -60,8 +61,8 @@ from .events import (
 Handler = Callable[[Connection, Session, Id, Any], None]
 
 
-@attrs.frozen
-class Method:
+@attrs.frozen(repr=False)
+class Method(Record):
     """How one request method is served: params are parsed before the handshake is checked
     (so a malformed call gets its params error in any state), then ``run`` does the work."""
 

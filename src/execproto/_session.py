@@ -14,6 +14,7 @@ import attrs
 from ._jsonrpc import Id
 from ._lifecycle import SessionLife
 from ._process import Process
+from ._records import Record
 from ._shares import Keys
 
 
@@ -23,8 +24,8 @@ class Handshake(enum.Enum):
     READY = "ready"
 
 
-@attrs.frozen
-class Greeting:
+@attrs.frozen(repr=False)
+class Greeting(Record):
     """How a connection's ``initialize`` was last answered: the session it attached to, new or
     resumed, or why it was refused. Read by the adapter for its log line (`ServerCore.greeting`),
     so that it need not read the messages itself."""

@@ -27,6 +27,7 @@ from ._env import DEFAULT_EXCLUDES, EnvPolicy
 from ._errors import invalid_params
 from ._fields import Fields, text, wrong_type
 from ._policy import Policy
+from ._records import Record
 
 # The shells a snapshot knows how to capture and replay, by the request's ``shell.name``.
 SHELLS = ("bash", "zsh", "sh")
@@ -35,8 +36,8 @@ LOGIN_FLAG = "-lc"
 BAD_SCOPE = f"shell snapshot scope must be non-empty and at most {MAX_SCOPE_BYTES} bytes"
 
 
-@attrs.frozen(kw_only=True)
-class SnapshotRequest:
+@attrs.frozen(kw_only=True, repr=False)
+class SnapshotRequest(Record):
     """``shellSnapshot`` as sent: ``{scopeId, shell: {name, path}}``."""
 
     scope_id: str
@@ -96,8 +97,8 @@ def applies(request: SnapshotRequest | None, argv: tuple[str, ...]) -> SnapshotR
     return request
 
 
-@attrs.frozen(kw_only=True)
-class ShellSnapshot:
+@attrs.frozen(kw_only=True, repr=False)
+class ShellSnapshot(Record):
     """What a `SpawnSpec` carries when its command runs from a snapshot.
 
     ``key`` names what one capture serves: the session, scope, shell, cwd, env policy and

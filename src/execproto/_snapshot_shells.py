@@ -28,6 +28,7 @@ from __future__ import annotations
 import attrs
 
 from ._env import _matches
+from ._records import Record
 from ._snapshot import LOGIN_FLAG, ShellSnapshot
 from .actions import SpawnSpec
 
@@ -114,8 +115,8 @@ _SH = (
 )
 
 
-@attrs.frozen
-class Shell:
+@attrs.frozen(repr=False)
+class Shell(Record):
     capture: str  # the script a capture runs after the profile
     flag: str  # a replay's, in place of -lc
     startup: str  # what a replay runs first, before the restore
@@ -128,8 +129,8 @@ SHELLS: dict[str, Shell] = {
 }
 
 
-@attrs.frozen(kw_only=True)
-class Captured:
+@attrs.frozen(kw_only=True, repr=False)
+class Captured(Record):
     """What a capture gave: the state, as shell source, and the exported environment."""
 
     state: str

@@ -17,14 +17,15 @@ from ._jsonrpc import Id, encode_error, encode_notification, encode_result
 from ._lifecycle import Timer
 from ._netproxy import ProxyLaunch, Question
 from ._process import Process
+from ._records import Record
 from ._session import Connection, Session
 from ._stats import Stats
 from ._timers import Timers
 from .actions import Action, Send
 
 
-@attrs.frozen
-class PendingAsk:
+@attrs.frozen(repr=False)
+class PendingAsk(Record):
     """A question the client's decider was asked (``network/policyRequest``), unanswered."""
 
     ask: int  # the adapter's, for the `AnswerProxy`

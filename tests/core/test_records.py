@@ -4,6 +4,10 @@ makes ~100 of them."""
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
+
 import attrs
 
 from execproto import _params
@@ -75,3 +79,26 @@ def test_every_event_action_and_params_class_uses_the_shared_methods() -> None:
     for method in ("__repr__", "__eq__", "__hash__"):
         assert [cls for cls in classes
                 if getattr(cls, method) is not getattr(Record, method)] == [], method
+
+
+# The classes of the server's side that keep attrs' own repr: the configuration's (the stream's
+# files), and an exception's.
+OWN_REPR = {"execproto._config.Config", "execproto._config.Host", "execproto._output.Chunk",
+            "execproto._errors.RpcError"}
+# What the server's side is: what its core loads, listed in a fresh interpreter.
+LIST_OWN_REPRS = """
+import attrs, sys
+import execproto._server
+from execproto._records import Record
+print(sorted(f"{name}.{value.__name__}" for name, module in list(sys.modules.items())
+             if name.startswith("execproto.") for value in vars(module).values()
+             if isinstance(value, type) and attrs.has(value) and value.__module__ == name
+             and value.__repr__ is not Record.__repr__))
+"""
+
+
+def test_every_class_of_the_servers_side_shares_the_repr() -> None:
+    done = subprocess.run([sys.executable, "-c", LIST_OWN_REPRS], capture_output=True,
+                          text=True, timeout=60, check=True)
+    found = set(ast.literal_eval(done.stdout))
+    assert found <= OWN_REPR, found - OWN_REPR

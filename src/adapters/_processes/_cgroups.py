@@ -8,7 +8,8 @@ by an unprivileged process and is inherited by every fork. So:
 - the server makes ``execproto-PID`` beneath its own cgroup (where the cgroup v2 hierarchy is
   writable: root, or a delegated subtree), and one ``pN`` in it per process; the spawn's first
   wrapper (``sh -c 'echo 0 > DIR/cgroup.procs && exec "$@"'``) moves itself there before it
-  execs the rest, so every descendant is born inside;
+  execs the rest, so every descendant is born inside; a sandboxed process is born there itself,
+  cloned into it by the stage server (`_zygote`, which takes the place from `place_of`);
 - a terminate's TERM reaches every member (through a pidfd opened and then checked to be still
   in the cgroup, so never a reused pid), and once the terminated process is finalized whatever
   is left of its cgroup is killed (``cgroup.kill``, atomic against forks);

@@ -13,8 +13,10 @@ bubblewrap (`_forker` says how, and why it is as safe).
   of that same thread.
 - It dies with the server: its parent-death signal, and the end of its socket.
 - When it dies it is started again at the next start, at most `MAX_STARTS` times in all; a
-  start whose exchange it did not finish is tried once more, with a new gate (a child cloned
-  for the lost one waits for a word on its old gate that never comes, and exits).
+  start whose exchange it did not finish is tried once more, with a new gate: a child cloned
+  for the lost one waits for a word on its old gate that never comes, and exits having done
+  nothing (it stays a zombie of the server, whose pid the server never learnt: one at most
+  per stage server lost mid-start).
 
 A command for it is an argv whose first word is `_posix.STAGED` (no program's name can hold
 a NUL), then the plan's descriptor number (or nothing: bubblewrap takes `/` itself), then the

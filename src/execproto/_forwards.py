@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import _forward_params as params
 from ._config import Config, Host
 from ._errors import INTERNAL_ERROR, LocalProtocolError, RpcError, invalid_request
 from ._forward_stream import WINDOW_BYTES, WINDOW_CHUNKS, ForwardStream, Phase
@@ -44,10 +43,24 @@ from .events import (
     ForwardWritten,
 )
 
+if TYPE_CHECKING:
+    from . import _forward_params as params
+
 METHODS = ("forward/open", "forward/write", "forward/ack", "forward/close")
 EVENTS = (ForwardConnected, ForwardUnrouted, ForwardFailed, ForwardReceived, ForwardEnded,
           ForwardWritten)
 _DATA = b'{"jsonrpc":"2.0","method":"forward/data","params":{"streamId":'
+
+
+def _parser(name: str) -> Callable[[Any], Any]:
+    """`_forward_params`' parser ``name``, its module imported at the first forward call: few
+    clients forward, and its classes stay out of a server's start."""
+    def parse(raw: Any) -> Any:
+        from . import _forward_params
+
+        return getattr(_forward_params, name)(raw)
+
+    return parse
 
 
 class ForwardHandlers(CoreState):
@@ -61,10 +74,10 @@ class ForwardHandlers(CoreState):
 
     def _forward_methods(self) -> dict[str, tuple[Callable[[Any], Any], Callable[..., None]]]:
         return {
-            "forward/open": (params.forward_open, self._forward_open),
-            "forward/write": (params.forward_write, self._forward_write),
-            "forward/ack": (params.forward_ack, self._forward_ack),
-            "forward/close": (params.forward_close, self._forward_close),
+            "forward/open": (_parser("forward_open"), self._forward_open),
+            "forward/write": (_parser("forward_write"), self._forward_write),
+            "forward/ack": (_parser("forward_ack"), self._forward_ack),
+            "forward/close": (_parser("forward_close"), self._forward_close),
         }
 
     def _forward_event_handlers(self) -> dict[type, Callable[[Any], None]]:
@@ -117,6 +130,8 @@ class ForwardHandlers(CoreState):
 
     def _forward_write(self, c: Connection, session: Session, msg_id: Id,
                        p: params.WriteParams) -> None:
+        from . import _forward_params as params  # loaded by the call's parse
+
         stream = self._client_stream(c, p.stream_id)
         if stream is None:
             raise invalid_request(f"unknown forward stream {p.stream_id}")
@@ -166,6 +181,8 @@ class ForwardHandlers(CoreState):
         stream = self._forwards.get(event.stream)
         if stream is None:
             return
+        from . import _forward_params as params  # loaded by forward/open's parse
+
         host, port = stream.target
         refusal = None if stream.route == "session" else "forward refused: no route"
         refusal = refusal or params.host_route_refusal(

@@ -25,6 +25,12 @@ NOT_FOR_SERVING = (
     "execproto._clientside._client_calls",
     "execproto.client_events", "anyio", "trio", "importlib.metadata",
 )
+# Nor what only some requests need, imported at the first of them: the managed proxy's room,
+# http/request's and forwarding's rooms and parameters, and a trace's recorder.
+NOT_UNTIL_ASKED = (
+    "execproto.adapters._proxy._room", "execproto.adapters._http._http_calls",
+    "execproto.adapters._forward._streams", "execproto._forward_params", "execproto._trace",
+)
 # serve on stdio with stdin at its end: it starts, answers nothing, and stops.
 SERVE_AND_LIST = (
     "import json, sys\n"
@@ -42,6 +48,7 @@ def test_serving_loads_nothing_of_the_client_or_the_other_adapters() -> None:
     assert status == 0, done.stderr
     assert "execproto.adapters.asyncio" in loaded  # it did serve
     assert [name for name in NOT_FOR_SERVING if name in loaded] == []
+    assert [name for name in NOT_UNTIL_ASKED if name in loaded] == []
 
 
 # Through the console script's entry, which stops the cyclic collector for the start.

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import os
 import socket
-import tomllib
 from collections.abc import Sequence
 from typing import Any
 
 from execproto import INTERNAL_ERROR, RpcError, uri_from_path
 
-from . import _toml
 from ._beneath import Scope
 from ._opening import NotAFile, open_checked
 
@@ -33,6 +31,10 @@ def codex_home() -> str:
 
 
 def _load(path: str, scope: Scope) -> dict[str, Any] | None:
+    # TOML's reader and writer are imported by the first environmentConfig/read, not at every
+    # start (~2 ms); late imports come from the server's own files, held read-only.
+    import tomllib
+
     try:
         fd, _ = open_checked(scope, path, os.O_RDONLY, "read")
     except (FileNotFoundError, NotADirectoryError, RpcError, NotAFile):
@@ -86,6 +88,8 @@ def _stack(files: list[tuple[str, str, str]], paths: Sequence[Sequence[str]],
         document = _load(path, scope)
         chosen = select(document, paths) if document is not None else {}
         if chosen:
+            from . import _toml
+
             layers.append({"source": source, "baseDir": uri_from_path(base),
                            "toml": _toml.dumps(chosen)})
             inserted += index < system

@@ -24,6 +24,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -318,3 +319,32 @@ def test_a_tool_planted_on_path_never_runs_when_the_watchdog_ends(tmp_path: Path
         if os.path.isfile(planted):
             os.remove(planted)
     assert not mark.exists(), "a tool a sandbox planted ran as the server"
+
+
+@needs_bwrap
+def test_no_standard_library_zip_can_be_put_above_the_interpreter(
+        server: tuple[Client, str, int]) -> None:
+    """Every interpreter the server starts later takes the first `lib/python3XY.zip` found in
+    its directory or one above as its prefix, and runs its modules first: planted above the
+    held installation, one would run as the server. A directory there is harmless (the
+    search takes a file only), so the attempt makes one and a file inside."""
+    client, workspace, _ = server
+    interpreter = os.path.realpath(sys.executable)
+    landmark = _own_files.zip_landmarks([interpreter])[-1]  # the highest: /root/lib/...
+    made = [path for path in (os.path.dirname(landmark), landmark) if not os.path.lexists(path)]
+    if landmark not in made:
+        pytest.skip(f"{landmark} is there already")
+    try:
+        ran = run(client, f"if mkdir -p '{landmark}' 2>/dev/null && (: > '{landmark}/x') "
+                  "2>/dev/null; then echo made; else echo refused; fi", _root_write(workspace),
+                  cwd=workspace)
+        assert ran.stdout == "refused\n", ran
+    finally:
+        if os.path.isfile(os.path.join(landmark, "x")):
+            os.remove(os.path.join(landmark, "x"))  # the old code's
+        for path in reversed(made):
+            if os.path.isdir(path):
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass  # another live sandbox's placeholder: its server removes it

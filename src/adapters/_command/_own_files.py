@@ -66,9 +66,31 @@ def protected(extra: Iterable[str] = ()) -> tuple[str, ...]:
     held: dict[str, None] = {}  # a set, in the order met
     real = _RealPaths()
     for path in named:
-        if path and (os.path.lexists(path) or path in _loaded.MISSING_HELD):
+        if path and os.path.lexists(path):
             held[os.path.abspath(path)] = held[real(path)] = None
+    # Held whether or not they are there: missing, the sandbox meets an empty read-only
+    # directory in their place, which neither the loader nor the interpreter takes.
+    for path in (*_loaded.MISSING_HELD, *zip_landmarks(interpreters)):
+        if not any(_beneath(path, top) and path != top for top in held):
+            held[path] = None
     return tuple(held)
+
+
+def zip_landmarks(interpreters: Iterable[str]) -> list[str]:
+    """Where each interpreter looks for its standard library as a zip before anything else:
+    `lib/python3XY.zip` in its real directory and in every one above. The first found there
+    is taken as its prefix, and its modules run before any other (getpath's search), so a
+    sandbox allowed `/` would otherwise put a `/root/lib/python311.zip` of its own in the
+    way of every interpreter the server starts later (the stage server, the network holder).
+    """
+    name = os.path.join(sys.platlibdir, f"python{sys.version_info[0]}{sys.version_info[1]}.zip")
+    found: dict[str, None] = {}
+    for interpreter in interpreters:
+        here = os.path.dirname(os.path.realpath(interpreter))
+        while here != os.path.dirname(here):
+            found[os.path.join(here, name)] = None
+            here = os.path.dirname(here)
+    return list(found)
 
 
 class _RealPaths:

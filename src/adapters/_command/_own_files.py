@@ -15,7 +15,8 @@ bubblewrap, pasta, the shell of the cgroup wrapper, where the server finds them)
 `--path-prepend`, a `--backend` module and the TLS certificate; and what the C library and
 the dynamic loader load or trust for all of these after the start (`_loaded`: the loader's
 preload list and cache, the libraries, the name service, OpenSSL's configuration and trust
-store). Not `python -m`'s current
+store), and the standard library zip the interpreter would take from a directory above its
+installation (`zip_landmarks`, held while missing). Not `python -m`'s current
 directory: a server started in a workspace would make the workspace read-only, so `serve`
 takes it off `sys.path` instead (`forget_cwd`), and nothing is imported from there.
 """

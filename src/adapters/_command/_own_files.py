@@ -72,9 +72,20 @@ def protected(extra: Iterable[str] = ()) -> tuple[str, ...]:
     # Held whether or not they are there: missing, the sandbox meets an empty read-only
     # directory in their place, which neither the loader nor the interpreter takes.
     for path in (*_loaded.MISSING_HELD, *zip_landmarks(interpreters)):
-        if not any(_beneath(path, top) and path != top for top in held):
-            held[path] = None
-    return tuple(held)
+        held[path] = None
+    return tuple(path for path in held if not _under_another(path, held))
+
+
+def _under_another(path: str, held: dict[str, None]) -> bool:
+    """Whether a directory above ``path`` is held already: its cap holds ``path`` too, and
+    each cap costs every sandboxed start a look (an extension module in the held
+    `lib-dynload`, a missing zip inside the held installation)."""
+    here = os.path.dirname(path)
+    while here != os.path.dirname(here):
+        if here in held:
+            return True
+        here = os.path.dirname(here)
+    return False
 
 
 def zip_landmarks(interpreters: Iterable[str]) -> list[str]:

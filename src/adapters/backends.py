@@ -126,9 +126,11 @@ class LocalBackend:
     ``host_network`` shares the host's network with it.
 
     The probe of bubblewrap runs it once (~40 ms, and the seccomp filter's first build): on a
-    thread of its own once `probe` is called (a server calls it once it listens, so that its
-    start does not wait), or else at the first need. What needs the answer (`sandbox_type`,
-    `network_proxy`, `problem`, `warnings`, `describe`, a sandboxed `prepare`) waits for it.
+    thread of its own once `probe` is called, or else where the answer is first needed
+    (`sandbox_type`, `network_proxy`, `problem`, `warnings`, `describe`, a sandboxed
+    `prepare`), which waits for it. A server calls `probe` once it has listened a moment, so
+    that neither its start nor its first answers wait; its first client's ``initialize``,
+    which says what the probe found, makes the core, which asks.
     """
 
     def __init__(self, floor: Policy | None = None, bwrap: str | None = "",
@@ -161,20 +163,23 @@ class LocalBackend:
         # them; safe to share between starts prepared at once (`_bwrap.Placeholders` says why).
         self._placeholders = _bwrap.Placeholders()
 
-    def probe(self, then: Callable[[], None] | None = None) -> None:
-        """Probe bubblewrap on a thread of its own, if no one has yet; ``then`` is called
-        once the answer is in (at once if it is, else on that thread)."""
+    def probe(self) -> None:
+        """Probe bubblewrap on a thread of its own, if no one has yet."""
+        with self._probe_lock:
+            if self._probed.is_set() or self._probing:
+                return
+            self._probing = True
+        threading.Thread(target=self._find_bwrap, daemon=True,
+                         name="execproto-bwrap-probe").start()
+
+    def when_probed(self, then: Callable[[], None]) -> None:
+        """Call ``then`` once the probe's answer is in: now if it is, else on the thread that
+        probes (this call starts none)."""
         with self._probe_lock:
             if not self._probed.is_set():
-                if then is not None:
-                    self._then.append(then)
-                    then = None
-                if not self._probing:
-                    self._probing = True
-                    threading.Thread(target=self._find_bwrap, daemon=True,
-                                     name="execproto-bwrap-probe").start()
-        if then is not None:
-            then()
+                self._then.append(then)
+                return
+        then()
 
     def _find_bwrap(self) -> None:
         assert self._found is not None

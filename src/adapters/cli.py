@@ -563,8 +563,9 @@ def _backend_files(args: argparse.Namespace) -> list[str]:
 def _sandbox_report(args: argparse.Namespace, backend: Backend | None) -> None:
     """Once the server listens: warn of what the backend cannot enforce here, and say what a
     sandbox is here, who gets one and at most what it allows (of a --backend of the
-    operator's, only its name). Our backend says so when its probe of bubblewrap, started
-    now, has run: the start does not wait for it (what a client is told does)."""
+    operator's, only its name). Our backend says so when its probe of bubblewrap has run (see
+    `_serving._serve.Server.announce`): the start does not wait for it (what a client is
+    told does)."""
     from . import backends
 
     if args.backend or not isinstance(backend, backends.LocalBackend):
@@ -578,7 +579,7 @@ def _sandbox_report(args: argparse.Namespace, backend: Backend | None) -> None:
             log.warning("%s", warning)
         log.info("sandbox: %s", local.describe())
 
-    local.probe(report)
+    local.when_probed(report)
 
 
 def _load_backend(spec: str) -> Backend:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("execproto")
 PING_INTERVAL = 30.0
+PROBE_AFTER = 0.05  # seconds after listening that the backend's probe starts (see `announce`)
 
 
 @attrs.frozen(kw_only=True)
@@ -161,13 +162,16 @@ class Server:
         return tls() if callable(tls) else tls
 
     def announce(self) -> None:
-        """Tell ``ready`` where clients can connect, and start the backend's probe (if
-        ``ready`` has not): what a client is told waits for it, a start does not."""
+        """Tell ``ready`` where clients can connect, and start the backend's probe of
+        bubblewrap PROBE_AFTER later, unless the first client's core has run it by then: the
+        probe holds the interpreter's lock for much of its ~40 ms, which would hold up the
+        loop's first answers (the /readyz an orchestrator waits on among them)."""
         if self.options.ready is not None:
             bound = self._acceptor.address if self._acceptor is not None else None
             self.options.ready(self.where.describe(bound))
         if isinstance(self.backend, LocalBackend):
-            self.backend.probe()
+            loop = self.driver.loop
+            loop.call_at(loop.now() + PROBE_AFTER, self.backend.probe)
 
     def drain(self, done: Callable[[], None]) -> None:
         """Begin a graceful stop, on the loop: /readyz and new upgrades answer 503, the core

@@ -49,6 +49,7 @@ import signal
 import socket
 import sys
 import types
+from collections.abc import Callable
 
 # The GIL stays held across the clone (a PyDLL call), so the child is this very thread, as
 # os.fork's child is; the interpreter's own before and after hooks run around it.
@@ -116,17 +117,29 @@ def _clone3(cgroup: int) -> tuple[int, int, bool]:
 
 
 def _forked(number: int, *args: object) -> int:
-    """The clone system call ``number``, with the interpreter's own fork hooks around it."""
-    _API.PyOS_BeforeFork()
+    """The clone system call ``number``, with the interpreter's own fork hooks around it (as
+    os.fork runs them; where the interpreter does not export them, this single-threaded
+    process holds no lock they would reset)."""
+    _HOOKS[0]()
     pid = _PY.syscall(ctypes.c_long(number), *args)
     if pid == 0:
-        _API.PyOS_AfterFork_Child()
+        _HOOKS[2]()
         return 0
     code = ctypes.get_errno()
-    _API.PyOS_AfterFork_Parent()
+    _HOOKS[1]()
     if pid < 0:
         raise OSError(code, f"clone: {os.strerror(code)}")
     return int(pid)
+
+
+def _hooks() -> list[Callable[[], object]]:
+    try:
+        return [_API.PyOS_BeforeFork, _API.PyOS_AfterFork_Parent, _API.PyOS_AfterFork_Child]
+    except AttributeError:
+        return [lambda: None] * 3
+
+
+_HOOKS = _hooks()
 
 
 def serve(control: socket.socket, server: int, stage: types.ModuleType) -> None:

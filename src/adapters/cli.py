@@ -366,9 +366,13 @@ def _serve(args: argparse.Namespace) -> int:
         log.debug("the backend could not be made", exc_info=True)
         raise UsageError(str(exc)) from None
     path_prepend = [*_apply_patch_directory(args), *args.path_prepend]
-    # What the server runs is nothing a sandbox may write (see _own_files).
-    protected = _own_files.protected([*path_prepend, *_backend_files(args),
-                                      *([args.tls_cert] if args.tls_cert else [])])
+    # What the server runs is nothing a sandbox may write (see _own_files). Read (~15 ms)
+    # where the core is made, before it starts any process or fs call; at once where a
+    # writable root must be checked against it.
+    extra = [*path_prepend, *_backend_files(args), *([args.tls_cert] if args.tls_cert else [])]
+    protected: tuple[str, ...] = ()
+    if args.writable_root:
+        protected = _own_files.protected(extra)
     for root in args.writable_root:
         if (overlap := _own_files.overlap(root, protected)) is not None:
             raise UsageError(f"--writable-root {root} overlaps {overlap}, which the server "
@@ -445,6 +449,7 @@ def _serve(args: argparse.Namespace) -> int:
             tune_heap=True,  # the whole process is ours: see `Options.tune_heap`
             tls=tls.current if tls is not None else None,
             drain_grace=args.drain_grace,
+            protect=None if protected else lambda: _own_files.protected(extra),
         )
     except BaseException as exc:
         problem = None if bound or where.stdio else _listen_problem(exc)

@@ -58,6 +58,10 @@ class Options:
     - ``drain_grace``: seconds a drain (the first SIGTERM or SIGINT of ``execproto serve``, or
       an embedder's ``drain``) waits for the running processes to finish before the server
       stops; 0, the default, stops at once.
+    - ``protect``: what else every sandbox holds read-only (`Config.protected`): a function
+      called once, where the core is made (before any process or fs call, all of which the
+      core starts), so that a start does not wait for it: ``execproto serve`` gives the files
+      the server runs and loads (`_command._own_files`), whose reading is ~15 ms.
     - ``tune_heap``: raise glibc's mmap and trim thresholds for the whole process, so output
       buffers stay in the heap (measured: half the CPU of a fast stream went to page faults
       without), and hand free heap memory back every 2 s from the loop. Off by default: it
@@ -76,6 +80,7 @@ class Options:
     tune_heap: bool = False
     tls: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None
     drain_grace: float = 0.0
+    protect: Callable[[], Sequence[str]] | None = None
 
     @classmethod
     def of(cls, options: Options | None, keywords: dict[str, Any]) -> Options:
@@ -89,10 +94,14 @@ def make_core(
     trace: Callable[[str], None] | None,
     backend: Backend | None = None,
     redact_trace: bool = False,
+    protect: Callable[[], Sequence[str]] | None = None,
 ) -> tuple[ServerCore | Recorder, Backend]:
     """A core for this host and the backend it spawns through, recording to ``trace`` when
-    given. A backend whose `sandbox_type` no client can read raises ValueError."""
+    given, its config's `Config.protected` with what ``protect()`` adds (see `Options`). A
+    backend whose `sandbox_type` no client can read raises ValueError."""
     config = config or Config()
+    if protect is not None:
+        config = attrs.evolve(config, protected=(*config.protected, *protect()))
     backend = backend or LocalBackend(floor=config.floor)
     sandbox = check_sandbox_type(backend)
     host = this_host(network_proxy=bool(getattr(backend, "network_proxy", False)),
@@ -129,7 +138,8 @@ class Server:
         # probe of bubblewrap, which runs once the server listens (`announce`), so that a
         # start does not wait for it.
         self.driver = Driver(
-            lambda: make_core(config, options.trace, backend, options.redact_trace)[0],
+            lambda: make_core(config, options.trace, backend, options.redact_trace,
+                              options.protect)[0],
             loop, files, backend, tune_heap=options.tune_heap)
         self.driver.on_failure = stopped
         self.gate = Gate(config, tls=self.where.tls)

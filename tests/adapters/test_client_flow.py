@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from execproto._clientside._client_tracks import ProcessTracking
+from execproto.adapters._processes._children import BULK_READ_SIZE
 from execproto.adapters.client import ClientBug, Process, connect
 
 from .conftest import Server
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.anyio
 
 MiB = 1 << 20
 WINDOW = MiB  # the server's ack window (its retention), what it may send past the last ack
-CHUNK = 256 << 10  # the most one output notification carries (a read of the pipe)
+CHUNK = BULK_READ_SIZE  # the most one output notification carries (a read of the pipe)
 WRITE = 64 << 10  # what exec writes to stdin at a time
 
 

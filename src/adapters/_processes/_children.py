@@ -54,9 +54,15 @@ from ._snapshots import Snapshots
 
 log = logging.getLogger("execproto")
 
-# Reads per wakeup: large, so a fast writer costs few events, yet bounded, so one busy process
-# cannot hold the loop (the pipe itself holds 1 MiB).
+# One read per wakeup per stream: large, so a fast writer costs few events, yet bounded, so one
+# busy process cannot hold the loop (the pipe itself holds 1 MiB). A read that came back full
+# says the writer is ahead: the next one takes up to BULK_READ_SIZE, until one comes back short.
+# Fewer, larger chunks cost less per byte (on a stream, interleaved runs: the server's CPU -3 to
+# -17% and throughput +9 to +17% a round); at 1 MiB the bench client's cost per byte grew more
+# than the server's fell. A chunk is at most one read: what a held log may hold past its bound
+# before its process is paused, and what a client may receive past its own buffer.
 READ_SIZE = 256 << 10
+BULK_READ_SIZE = 512 << 10
 # Sandboxes are set up and cleaned up off the owner (deny patterns alone may look at 50,000
 # directory entries), sessions in turn, one start or cleanup of a session at a time. Several at
 # once (the backend's placeholders are safe to share, `_bwrap.Placeholders`): on one worker,
@@ -88,6 +94,7 @@ class Record:
     paused: bool = False  # its output is not read (the core's PauseOutput)
     stdin_pending: bytearray | None = None  # given, not yet in the pipe (None: nothing waits)
     stdin_closing: bool = False  # close stdin once what is pending is written
+    bulk: set[Stream] = attrs.field(factory=set)  # streams whose last read came back full
 
 
 class Children:
@@ -283,16 +290,24 @@ class Children:
         child = record.child
         assert child is not None
         fd = child.outputs[stream]
+        bulk = record.bulk
+        size = BULK_READ_SIZE if stream in bulk else READ_SIZE
         try:
-            data = os.read(fd, READ_SIZE)
+            data = os.read(fd, size)
         except BlockingIOError:
+            bulk.discard(stream)
             return False
         except OSError as exc:
             if exc.errno != errno.EIO:  # EIO: a terminal whose other side is gone, i.e. EOF
                 log.warning("reading %s of process %d: %s", stream, proc, exc)
             data = b""
-        if data:
-            record.output_bytes += len(data)
+        got = len(data)
+        if got:
+            if got == size:
+                bulk.add(stream)
+            else:
+                bulk.discard(stream)
+            record.output_bytes += got
             self._feed(OutputReceived(proc=proc, stream=stream, data=data))
             return True
         self.loop.unwatch_read(fd)

@@ -11,6 +11,7 @@ import attrs
 
 from ._paths import uri_from_path
 from ._policy import Policy
+from ._records import Record
 
 
 def _paths(paths: Iterable[str]) -> tuple[str, ...]:
@@ -21,8 +22,8 @@ def _paths(paths: Iterable[str]) -> tuple[str, ...]:
 b2a_base64: Callable[[bytes], bytes] = partial(binascii.b2a_base64, newline=False)
 
 
-@attrs.frozen(kw_only=True)
-class Config:
+@attrs.frozen(kw_only=True, repr=False)
+class Config(Record):
     """The server's settings: the bounds and timeouts the core keeps (see docs/design.md,
     Limits) and the operator's sandbox. ``execproto serve`` takes its flags' defaults from here."""
 
@@ -103,8 +104,8 @@ class Config:
         default=b2a_base64, eq=False, repr=False, metadata={"traced": False})
 
 
-@attrs.frozen(kw_only=True)
-class Host:
+@attrs.frozen(kw_only=True, repr=False)
+class Host(Record):
     """What the adapter learned about the machine at start-up."""
 
     # The ``environment/info`` result (also sent in the ``initialize`` result).

@@ -81,10 +81,9 @@ def test_every_event_action_and_params_class_uses_the_shared_methods() -> None:
                 if getattr(cls, method) is not getattr(Record, method)] == [], method
 
 
-# The classes of the server's side that keep attrs' own repr: the configuration's (the stream's
-# files), and an exception's.
-OWN_REPR = {"execproto._config.Config", "execproto._config.Host", "execproto._output.Chunk",
-            "execproto._errors.RpcError"}
+# The classes of the server's side that keep attrs' own repr: an output chunk's, and an
+# exception's.
+OWN_REPR = {"execproto._output.Chunk", "execproto._errors.RpcError"}
 # What the server's side is: what its core loads, listed in a fresh interpreter.
 LIST_OWN_REPRS = """
 import attrs, sys

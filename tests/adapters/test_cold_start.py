@@ -26,10 +26,12 @@ NOT_FOR_SERVING = (
     "execproto.client_events", "anyio", "trio", "importlib.metadata",
 )
 # Nor what only some requests need, imported at the first of them: the managed proxy's room,
-# http/request's and forwarding's rooms and parameters, and a trace's recorder.
+# http/request's and forwarding's rooms and parameters, a trace's recorder, the host's skills,
+# TOML (environmentConfig/read) and fs/copy.
 NOT_UNTIL_ASKED = (
     "execproto.adapters._proxy._room", "execproto.adapters._http._http_calls",
     "execproto.adapters._forward._streams", "execproto._forward_params", "execproto._trace",
+    "execproto.adapters._files._skills", "execproto.adapters._files._copy", "tomllib",
 )
 # serve on stdio with stdin at its end: it starts, answers nothing, and stops.
 SERVE_AND_LIST = (

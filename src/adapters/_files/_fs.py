@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import importlib
 import os
 import shutil
 import stat
@@ -32,14 +33,19 @@ from execproto import (
 from execproto.policy import PlantedLink, crossing, refusal
 
 from .._processes._posix import os_error_text, readlink
-from . import _envconfig, _skills
 from ._beneath import Exhausted, Scope, resolved_policy
 from ._caps import capless
-from ._copy import copy_file, copy_tree
 from ._opening import NotAFile, open_checked
 from ._walk import Abandoned, walk
 
 MAX_READ_FILE = 64 << 20  # fs/readFile answers in one message; bigger files go by fs/open
+
+
+def _late(name: str) -> Any:
+    """This package's module ``name``, imported at the first call that needs it (the host's
+    config and skills, and copying, are few clients' calls: a start skips them). Late imports
+    come from the server's own files, which every sandbox holds read-only."""
+    return importlib.import_module(f"{__package__}.{name}")
 
 
 def _refused(message: str) -> RpcError:
@@ -93,9 +99,10 @@ class Files:
             "fs/readBlock": self._read_block,
             "fs/writeBlock": self._write_block,
             "fs/close": self._close,
-            "environmentConfig/read": lambda conn, p, scope: _envconfig.read(p, scope),
-            "capabilities/discoverV2": lambda conn, p, scope: _skills.discover_home(p, scope),
-            "capabilityRoots/discoverV1": lambda conn, p, scope: _skills.discover_roots(
+            "environmentConfig/read": lambda conn, p, scope: _late("_envconfig").read(p, scope),
+            "capabilities/discoverV2": lambda conn, p, scope: _late("_skills").discover_home(
+                p, scope),
+            "capabilityRoots/discoverV1": lambda conn, p, scope: _late("_skills").discover_roots(
                 p, self.scope),
         }
 
@@ -284,9 +291,9 @@ class Files:
                         raise _refused(
                             "fs/copy cannot copy a directory to itself or one of its descendants")
                     scope.check_tree(fd, ".", [(real, "read"), (target, "write")])
-                    copy_tree(scope, fd, real, directory, name, target)
+                    _late("_copy").copy_tree(scope, fd, real, directory, name, target)
                 else:
-                    copy_file(fd, info, directory, name, target, source)
+                    _late("_copy").copy_file(fd, info, directory, name, target, source)
             finally:
                 os.close(directory)
         finally:

@@ -162,7 +162,15 @@ def confinement(client: WsClient, name: str, workspace: str, outside: str) -> st
     return None
 
 
+# Seconds of quiet before each timed start. What a server does after a process/closed (its
+# sandbox's cleanup) would otherwise land in the next start timed, another server's when they
+# take turns: back to back, both servers measured up to twice as slow as alone. Codex never
+# starts commands back to back (a model's turn lies between), so the pause costs no realism.
+SETTLE = 0.1
+
+
 def timed(client: WsClient, name: str, workspace: str, index: int) -> float:
+    time.sleep(SETTLE)
     t0 = time.perf_counter()
     ran = run(client, start_params(f"{name}-{index}", ["true"], name, workspace))
     elapsed = time.perf_counter() - t0
@@ -184,15 +192,17 @@ def measure(starts: dict[str, Callable[[], Server]], runs: int,
     {profile: {server: figures | {"skipped": why}}}."""
     results: dict[str, dict[str, Any]] = {}
     scratch = Path(tempfile.mkdtemp(prefix="bench-outside-", dir=Path.home() / ".cache"))
-    servers = [start() for start in starts.values()]
+    servers: dict[str, Server] = {}
     try:
-        clients = {server.name: WsClient(server.url) for server in servers}
+        for who, start in starts.items():
+            servers[who] = start()
+        clients = {who: WsClient(server.url) for who, server in servers.items()}
         for client in clients.values():
             client.handshake()
         for name in profiles or list(PROFILES):
             results[name] = one_profile(clients, name, runs, scratch)
     finally:
-        for server in servers:
+        for server in servers.values():
             server.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     return results

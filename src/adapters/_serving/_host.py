@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import resource
 import shutil
-import tempfile
 from typing import Any
 
 from execproto import Host, uri_from_path
@@ -52,6 +50,10 @@ def _shell() -> dict[str, str]:
 
 
 def environment_info(network_proxy: bool = False, transparent: bool = False) -> dict[str, Any]:
+    # Asked where the core is made (its first client's connection), not at every start.
+    import importlib.util
+    import tempfile
+
     capabilities = {**_CAPABILITIES, "networkProxyLaunch": network_proxy,
                     "networkProxyReviewDomains": network_proxy,
                     "networkProxyTransparentTcp": network_proxy and transparent}

@@ -194,7 +194,10 @@ class LocalBackend:
             self._probed.set()
             then, self._then = self._then, []
         for call in then:
-            call()
+            try:
+                call()
+            except Exception:  # a report's own failure; the answer stands
+                log.exception("after the probe of bubblewrap")
 
     @property
     def _bwrap(self) -> str | None:

@@ -438,6 +438,17 @@ def _descendants(pid: int) -> dict[int, str]:
     return found
 
 
+def _running_sleep(tree: dict[int, str], server: int) -> bool:
+    tree.update(_descendants(server))
+    for pid in tree:
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def _still_running(pid: int, started: str) -> bool:
     fields = _stat(pid)
     return fields is not None and fields[19] == started and fields[0] != "Z"
@@ -454,8 +465,11 @@ def test_the_server_takes_its_sandboxed_processes_with_it(
             "env": {"PATH": "/usr/bin:/bin"}, "sandbox": read_only(str(places["workspace"]))})
         assert reply["result"]["sandboxType"] == "linuxSeccomp"
         tree: dict[int, str] = {}
-        # setpriv's bwrap, bwrap inside its namespaces, and sleep.
-        assert eventually(lambda: len(tree.update(_descendants(server.process.pid)) or tree) >= 3)
+        # The stage server, bwrap, bwrap inside its namespaces, and sleep: once sleep runs, as
+        # a command killed while bubblewrap sets up may outlive it (bwrap's --die-with-parent
+        # is set in its inner process only late, unchecked; the cgroup of a root server is the
+        # guard then, test_nothing_outlives.py).
+        assert eventually(lambda: _running_sleep(tree, server.process.pid))
     finally:
         server.stop(signal.SIGKILL)
     assert server.process.returncode == -signal.SIGKILL

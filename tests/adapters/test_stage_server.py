@@ -85,6 +85,10 @@ def fds_of(pid: int) -> dict[int, str]:
     return found
 
 
+def _execed(pid: int, program: bytes) -> bool:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(program + b"\0")
+
+
 def status_field(pid: int, name: str) -> str:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(name + ":"):
@@ -121,6 +125,7 @@ def test_a_child_has_its_stdio_and_its_descriptors_at_their_numbers_and_nothing_
         os.close(low)
         os.close(high)
     try:
+        assert eventually(lambda: _execed(child.pid, b"/bin/sleep"))  # its gate closed too
         fds = fds_of(child.pid)
         assert set(fds) == {0, 1, 2, low, high}, fds
         assert fds[0] == "/dev/null" and fds[1].startswith("pipe:") and fds[2].startswith("pipe:")
@@ -242,7 +247,6 @@ def test_a_malformed_request_is_refused_and_the_stage_server_goes_on(
                 os.close(fd)
         assert said.startswith(b"ok ") and len(got) == 1, said
         with gate:
-            gate.send(b"g")
             gate.settimeout(10)
             assert gate.recv(64) == b"22 body", body
         os.waitid(os.P_PIDFD, got[0], os.WEXITED)
@@ -264,6 +268,8 @@ def test_a_child_whose_start_the_server_did_not_confirm_does_nothing(
         for fd in mine:
             os.close(fd)
     assert said.startswith(b"ok "), said
+    gate.settimeout(10)
+    assert gate.recv(64) == b"ok"  # set up, waiting
     gate.close()  # as the server does when it lost the answer
     info = os.waitid(os.P_PIDFD, got[0], os.WEXITED)
     os.close(got[0])
@@ -490,9 +496,9 @@ def test_a_child_not_born_there_joins_its_cgroup_by_itself(zygote: _zygote.Zygot
     assert said.startswith(b"ok "), said
     pid = int(said[3:])
     with gate:
-        gate.send(b"g")
         gate.settimeout(10)
-        assert gate.recv(64) == b""  # started
+        assert gate.recv(64) == b"ok"  # set up
+        gate.send(b"g")
     child = Child(pid, got[0], {}, None)
     try:
         assert place.endswith(_cgroup_of(pid)), (place, _cgroup_of(pid))

@@ -19,17 +19,17 @@ cgroup (``CLONE_INTO_CGROUP``), and answers ``ok PID`` with a pidfd made by the 
 the zygote goes on serving.
 
 The child, before anything else, sets its parent-death signal and checks that its parent is
-still the server, then waits for the server's word on the gate: a server that did not get the
-answer (the zygote killed meanwhile) closes the gate, and the child exits having done nothing.
-Then it leaves every signal as a fresh process has it, leads a session of its own (its
-terminal's when it has one), joins its cgroup if it was not born there (by ``cgroup.procs``
-beneath the directory's descriptor: where clone3 is filtered), puts its stdio and inherited
-descriptors at their numbers and closes every other, and enters its cwd. A failure up to
-there is written on the gate (``ERRNO STEP``) and is the spawn's failure; closing the gate
-says it is started. Then it builds the sandbox's root when the body has a plan
-(`_stage.build`, unchanged), or joins a fresh session keyring, and execs the program
-(bubblewrap): a failure from there on is the process's, said on its stderr (exit 1 for the
-sandbox, as the stage's, and 127 for an exec).
+still the server. Then it leaves every signal as a fresh process has it, leads a session of
+its own (its terminal's when it has one), joins its cgroup if it was not born there (by
+``cgroup.procs`` beneath the directory's descriptor: where clone3 is filtered), puts its
+stdio and inherited descriptors at their numbers and closes every other, and enters its cwd:
+nothing that outlives it, done while the zygote answers. A failure up to there is written on
+the gate (``ERRNO STEP``) and is the spawn's failure; else it writes ``ok`` and waits for the
+server's word: a server that did not get the answer (the zygote killed meanwhile) closes the
+gate, and the child exits having done nothing more. Then it builds the sandbox's root when
+the body has a plan (`_stage.build`, unchanged), or joins a fresh session keyring, and execs
+the program (bubblewrap): a failure from there on is the process's, said on its stderr (exit
+1 for the sandbox, as the stage's, and 127 for an exec).
 
 The body is NUL-separated fields: the cwd, ``1`` for a terminal, the plan's descriptor number
 (or nothing), ``1`` if a cgroup descriptor is sent, the count of inherited descriptors and their
@@ -183,16 +183,17 @@ def child(fds: list[int], server: int, stage: types.ModuleType, inside: bool) ->
         if os.getppid() != server:
             os._exit(1)  # the server died before the parent-death signal was set
         gate = fds[GATE]
-        if os.read(gate, 1) != b"g":
-            os._exit(1)  # the server never got the answer: nothing was done
         setup = None
-        try:
+        try:  # nothing here that outlives it: done while the zygote answers
             setup = Setup(fds)
             setup.run(inside)
         except Refused as exc:
             os.write(gate if setup is None else setup.gate, f"{exc.code} {exc.step}".encode())
             os._exit(127)
-        os.close(setup.gate)  # started
+        os.write(setup.gate, b"ok")
+        if os.read(setup.gate, 1) != b"g":
+            os._exit(1)  # the server never got the answer: nothing more is done
+        os.close(setup.gate)
         run(setup.argv, setup.env, setup.plan, stage)
     finally:
         os._exit(127)

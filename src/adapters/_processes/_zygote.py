@@ -263,14 +263,16 @@ class Zygote:
 
 
 def _go(gate: socket.socket, pidfd: int) -> int:
-    """Let the child go on; the pidfd once it is started, or its set-up's failure."""
+    """Its set-up's word, then the server's: the pidfd once it is started, or its set-up's
+    failure."""
     try:
         gate.settimeout(SETUP_WAIT)
-        gate.send(b"g")
         said = gate.recv(64)
+        if said == b"ok":
+            gate.send(b"g")
     except OSError:  # it died (its status says how), or is slow: started as far as we know
         said = b""
-    if not said:
+    if said in (b"ok", b""):
         return pidfd
     _kill(pidfd)  # it exits by itself; reaped here
     words = said.decode(errors="replace").split()

@@ -125,7 +125,9 @@ def test_a_child_has_its_stdio_and_its_descriptors_at_their_numbers_and_nothing_
         os.close(low)
         os.close(high)
     try:
-        assert eventually(lambda: _execed(child.pid, b"/bin/sleep"))  # its gate closed too
+        # Exec'd (its gate closed too), the loader done with the libraries: asleep.
+        assert eventually(lambda: _execed(child.pid, b"/bin/sleep")
+                          and stat_fields(child.pid)[0] == "S")
         fds = fds_of(child.pid)
         assert set(fds) == {0, 1, 2, low, high}, fds
         assert fds[0] == "/dev/null" and fds[1].startswith("pipe:") and fds[2].startswith("pipe:")

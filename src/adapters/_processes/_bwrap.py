@@ -465,9 +465,14 @@ class Sandbox:
         floor again: a rule that resolved outside the operator's writable roots loses what the
         floor does not grant there, and a symlink a sandbox could have planted carries no
         grant out of the writable places (`execproto.policy.pinned`)."""
+        # A cap only takes write away: where nothing is writable (Codex's read-only profile)
+        # the server's hundred own files change no mount, and resolving them is most of the
+        # setup's cost.
+        writes = any(rule.access == "write" for rule in policy.rules)
         try:
             real = pinned(Policy.of([*policy.rules, *matched], policy.network,
-                                    caps=policy.caps), self.budget.readlink, self._floor)
+                                    caps=policy.caps if writes else ()),
+                          self.budget.readlink, self._floor)
         except PlantedLink as exc:
             raise CannotEnforce(str(exc)) from None
         rules = []

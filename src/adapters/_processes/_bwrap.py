@@ -465,13 +465,13 @@ class Sandbox:
         floor again: a rule that resolved outside the operator's writable roots loses what the
         floor does not grant there, and a symlink a sandbox could have planted carries no
         grant out of the writable places (`execproto.policy.pinned`)."""
-        # A cap only takes write away: where nothing is writable (Codex's read-only profile)
-        # the server's hundred own files change no mount, and resolving them is most of the
-        # setup's cost.
+        # A read cap only takes write away: where nothing is writable (Codex's read-only
+        # profile) the server's hundred own files change no mount, and resolving them was
+        # most of the setup's cost. The denying caps (the server's secrets) always hold.
         writes = any(rule.access == "write" for rule in policy.rules)
+        caps = [cap for cap in policy.caps if writes or cap.access != "read"]
         try:
-            real = pinned(Policy.of([*policy.rules, *matched], policy.network,
-                                    caps=policy.caps if writes else ()),
+            real = pinned(Policy.of([*policy.rules, *matched], policy.network, caps=caps),
                           self.budget.readlink, self._floor)
         except PlantedLink as exc:
             raise CannotEnforce(str(exc)) from None

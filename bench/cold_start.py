@@ -269,7 +269,7 @@ def side_by_side(runs: int) -> dict[str, list[float]]:
 def figures(name: str, measure: Callable[[], float], runs: int) -> dict[str, Any]:
     measure()  # one unmeasured launch: the page cache, not the start, is what it warms
     times = [measure() * 1000 for _ in range(runs)]
-    print(f"{name:40} median {statistics.median(times):6.1f} ms  "
+    print(f"{name:62} median {statistics.median(times):6.1f} ms  "
           f"(min {min(times):.1f}, max {max(times):.1f}; {runs} runs)", flush=True)
     return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
             "runs_ms": times}

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import children, rss_mb  # noqa: E402
+from servers import children, rss_mb  # noqa: E402
 from wsbench import WsClient, start_params  # noqa: E402
 
 CLOSED_TTL = 30.0  # Config.closed_ttl: a closed process (and its log) is kept this long

@@ -14,9 +14,10 @@ directory under /tmp, one per server and profile.
                        network of its own (one pasta per sandbox)
 
 Before the timed starts, each server runs one command per profile that tries to write the
-workspace and a directory outside it (not under /tmp, which workspace-write may write), and the
-host is checked afterwards: a profile that does not confine the command is reported, not timed,
-since its figure would be that of a start with no sandbox. That start also warms the server.
+workspace and a directory outside it (not under /tmp, which workspace-write may write), and to
+route a UDP socket out; the host is checked afterwards. A profile that does not confine the
+command as it says (or gives it the network it denies, or not the network it allows) is
+reported, not timed: its figure would not be that profile's. That start also warms the server.
 
 The servers take turns, one start each, so a change in the machine's load falls on all of them
 alike.
@@ -141,14 +142,16 @@ def run(client: WsClient, params: dict[str, Any]) -> Ran:
     raise EOFError("the connection ended before process/closed")
 
 
-# Writes a file in the workspace ($1) and one outside it ($2), saying which were allowed.
+# Writes a file in the workspace ($1) and one outside it ($2), and connects a UDP socket to a
+# documentation address (a route lookup: nothing is sent), saying which were allowed.
 CHECKS = itertools.count()  # process ids of the checks, unique on a connection
-PROBE = 'touch "$1/inside" && echo inside; touch "$2/outside" && echo outside; true'
+PROBE = ('touch "$1/inside" && echo inside; touch "$2/outside" && echo outside; '
+         '(exec 3<>/dev/udp/198.51.100.1/9) 2>/dev/null && echo network; true')
 
 
 def confinement(client: WsClient, name: str, workspace: str, outside: str) -> str | None:
     """Why the command of this profile was not confined as it should be, or None."""
-    argv = ["sh", "-c", PROBE, "sh", workspace, outside]
+    argv = ["bash", "-c", PROBE, "bash", workspace, outside]
     ran = run(client, start_params(f"check-{next(CHECKS)}", argv, name, workspace))
     said = ran.output.decode(errors="replace").split()
     inside, beyond = Path(workspace, "inside").exists(), Path(outside, "outside").exists()
@@ -159,6 +162,8 @@ def confinement(client: WsClient, name: str, workspace: str, outside: str) -> st
         return f"a write outside the workspace ({outside}) succeeded"
     if inside != wanted or ("inside" in said) != wanted:
         return f"a write in the workspace {'failed' if wanted else 'succeeded'}"
+    if ("network" in said) != (PROFILES[name].network == "enabled"):
+        return f"the network was {'reachable' if 'network' in said else 'unreachable'}"
     return None
 
 

@@ -82,6 +82,21 @@ def test_a_profile_that_lets_the_command_write_anywhere_is_not_timed(
     assert why is not None and "outside the workspace" in why
 
 
+@needs_bwrap
+def test_a_sandbox_without_the_network_its_profile_allows_is_not_timed(
+        client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if shutil.which("pasta") is None:
+        pytest.skip("pasta is not installed: no network of a sandbox's own")
+    asked = sandboxed.sandbox
+
+    def restricted(profile: Any, workspace: str) -> Any:
+        return asked(sandboxed.Profile(profile.entries, "restricted", profile.writes_workspace),
+                     workspace)
+
+    monkeypatch.setattr(sandboxed, "sandbox", restricted)
+    assert check(client, "workspace-write+net", tmp_path) == "the network was unreachable"
+
+
 def test_a_start_without_a_sandbox_is_not_timed(client: Any, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sandboxed, "sandbox", lambda profile, workspace: None)

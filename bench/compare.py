@@ -1,6 +1,7 @@
 """execproto side by side with the reference exec-server and OpenSSH, in one run, on this machine.
 
-    .venv/bin/python bench/compare.py [--quick] [--workloads LIST] [--table] [--json FILE]
+    .venv/bin/python bench/compare.py [--quick] [--workloads LIST] [--repeat N] [--table]
+                                      [--json FILE]
     .venv/bin/python bench/compare.py --from FILE... [--table]    (saved runs, printed again)
 
 Servers: execproto on each adapter; the reference `codex exec-server` 0.171.0 when it is
@@ -24,7 +25,9 @@ client (bench/wsbench.py). Workloads, chosen with --workloads (all by default):
             reference, 7 launches each, taking turns.
 
 --table prints the README's performance table instead: every figure beside the reference's (or
-the floor's) from the same run, as a ratio, with the command and the machine's load.
+the floor's) from the same run, as a ratio, with the command and the machine's load; of
+several runs (--repeat, or --from with saved ones), the medians and each ratio's range. The
+README's table comes from `bench/compare.py --repeat 3 --table`.
 """
 
 from __future__ import annotations
@@ -144,36 +147,10 @@ def unsandboxed(adapters: list[str], python: str, size: int, runs: int,
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="32 MiB, 50 runs, 20 sandboxed starts and 5 launches, for a try")
-    parser.add_argument("--adapters", default="asyncio,trio,threads")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS),
-                        help=f"a comma-separated choice of {', '.join(WORKLOADS)} (default all)")
-    parser.add_argument("--table", action="store_true",
-                        help="print the README's performance table (Markdown), ratios only")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--python", default=sys.executable,
-                        help="the interpreter whose execproto is measured (default this one's): "
-                        "e.g. a virtual environment with another checkout installed; the "
-                        "cold start is always of the checkout bench/ lies in")
-    parser.add_argument("--from", dest="saved", type=Path, nargs="+",
-                        help="measure nothing: print the runs saved with --json in these files "
-                        "(of several, with --table: the medians and the ratios' range)")
-    args = parser.parse_args()
-    first = f"execproto-{args.adapters.split(',')[0]}"
-    if args.saved:
-        saved = [json.loads(path.read_text()) for path in args.saved]
-        print(readme_table(saved, first) if args.table
-              else "\n\n".join(summary(run, first) for run in saved))
-        return
+def measure(args: argparse.Namespace, adapters: list[str], chosen: list[str]) -> dict[str, Any]:
+    """One run of the chosen workloads: its figures, the command, and the machine's load."""
     size, runs = (32 << 20, 50) if args.quick else (STREAM, RUNS)
     sandboxed_runs, cold_runs = (20, 5) if args.quick else (SANDBOXED_RUNS, COLD_RUNS)
-    adapters = args.adapters.split(",")
-    chosen = args.workloads.split(",")
-    if unknown := set(chosen) - set(WORKLOADS):
-        parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
     command = " ".join([".venv/bin/python", "bench/compare.py", *sys.argv[1:]])
     run: dict[str, Any] = {"command": command, "at": now(), "load_before": load_average(),
                           "notes": []}
@@ -201,10 +178,58 @@ def main() -> None:
     run["load_after"] = load_average()
     run["sizes"] = {"stream_mib": size >> 20, "runs": runs, "sandboxed_runs": sandboxed_runs,
                     "cold_runs": cold_runs, "cores": os.cpu_count()}
+    return run
 
-    print(readme_table([run], first) if args.table else summary(run, first))
-    if args.json:
-        args.json.write_text(json.dumps(run, indent=2) + "\n")
+
+def saved_runs(paths: list[Path]) -> list[dict[str, Any]]:
+    """The runs in files written by --json (a run, or a list of them with --repeat)."""
+    found = []
+    for path in paths:
+        saved = json.loads(path.read_text())
+        found += saved if isinstance(saved, list) else [saved]
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="32 MiB, 50 runs, 20 sandboxed starts and 5 launches, for a try")
+    parser.add_argument("--adapters", default="asyncio,trio,threads")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"a comma-separated choice of {', '.join(WORKLOADS)} (default all)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure everything this many times over (default 1); with --table, "
+                        "the medians of the runs and the range of each ratio")
+    parser.add_argument("--table", action="store_true",
+                        help="print the README's performance table (Markdown): each figure "
+                        "beside the reference's or the floor's, and the ratio")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter whose execproto is measured (default this one's): "
+                        "e.g. a virtual environment with another checkout installed; the "
+                        "cold start is always of the checkout bench/ lies in")
+    parser.add_argument("--from", dest="saved", type=Path, nargs="+",
+                        help="measure nothing: print the runs saved with --json in these files "
+                        "(of several, with --table: the medians and the ratios' range)")
+    args = parser.parse_args()
+    adapters = args.adapters.split(",")
+    first = f"execproto-{adapters[0]}"
+    chosen = args.workloads.split(",")
+    if unknown := set(chosen) - set(WORKLOADS):
+        parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
+    if args.saved:
+        done = saved_runs(args.saved)
+    else:
+        done = []
+        for index in range(args.repeat):
+            if args.repeat > 1:
+                print(f"run {index + 1} of {args.repeat}", file=sys.stderr)
+            done.append(measure(args, adapters, chosen))
+            if args.json:  # each run kept as soon as it is done
+                args.json.write_text(json.dumps(done if args.repeat > 1 else done[0], indent=2)
+                                     + "\n")
+    print(readme_table(done, first) if args.table
+          else "\n\n".join(summary(run, first) for run in done))
 
 
 if __name__ == "__main__":

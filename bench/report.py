@@ -262,9 +262,15 @@ def readme_table(runs: list[dict[str, Any]], ours: str) -> str:
             lines.append(f"| {SPREAD.sub('', label)} | {fmt.format(median(mine)) if mine else '-'}"
                          f" | {against} {fmt.format(median(theirs)) if theirs else '-'}"
                          f" | {ratio} | {rows[0].target} | {rows[0].workload} |")
+    commands: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
-        lines += ["", f"Measured by `{run['command']}` on {run['at']}, {run['sizes']['cores']} "
-                  f"cores, load average (1, 5, 15 min) {run['load_before']} before and "
-                  f"{run['load_after']} after."]
+        commands.setdefault(run["command"], []).append(run)
+    for command, same in commands.items():
+        loads = [float(run[when].split()[0]) for run in same
+                 for when in ("load_before", "load_after")]
+        when = same[0]["at"] if len(same) == 1 else f"{same[0]['at']} to {same[-1]['at']}"
+        lines += ["", f"Measured by `{command}`{f' ({len(same)} runs)' if len(same) > 1 else ''}"
+                  f" on {when}, {same[0]['sizes']['cores']} cores; the 1-minute load average "
+                  f"from {min(loads):.2f} to {max(loads):.2f} before and after each run."]
     lines += [f"Note: {note}." for note in dict.fromkeys(n for run in runs for n in run["notes"])]
     return "\n".join(lines)

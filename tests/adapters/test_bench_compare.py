@@ -7,6 +7,7 @@ The figures themselves are measured by the bench, not asserted here.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from collections.abc import Iterator
@@ -136,4 +137,11 @@ def test_the_table_shows_each_figure_beside_the_reference_and_the_floor() -> Non
     assert "| not confined: x |" in row("workspace-write")
     assert "| 160 (150–170) | the stack's floor 110 (100–120) | 1.45x | ≤ 1.5x |" in row("floor")
     assert "| reference 11 (10–12) | 14.55x |" in row("cold start", "reference")
-    assert "bench/compare.py --table" in table[-1]
+    slower = json.loads(json.dumps(run))
+    slower["results"]["reference"]["stream_mbps"] = 3600.0
+    both = report.readme_table([run, slower], "execproto-asyncio").splitlines()
+    stream = next(line for line in both if line.startswith("| stream"))
+    assert "| 900 | reference 2700 | 0.38x (0.25–0.50) | ≥ 3x |" in stream
+    assert "(2 runs)" in both[-1]
+    assert table[-1] == ("Measured by `bench/compare.py --table` on now, 2 cores; the 1-minute "
+                         "load average from 1.00 to 2.00 before and after each run.")

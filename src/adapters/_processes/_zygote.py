@@ -182,8 +182,8 @@ class Zygote:
         """Start ``spec`` (a command for the stage server) with ``pass_fds`` at their numbers,
         in the cgroup that ``join`` names (`_cgroups.wrapper`)."""
         plan, argv = spec.argv[1], list(spec.argv[2:])
-        if plan and int(plan) not in pass_fds:
-            raise ValueError("the plan's descriptor is not passed")
+        if plan and not (plan.isdigit() and int(plan) in pass_fds):
+            raise OSError(errno.EINVAL, "the sandbox's plan is not among its descriptors")
         if len(pass_fds) + _forker.FIXED + 1 > _forker.MAX_FDS:
             raise OSError(errno.EMFILE, "too many descriptors for one start")
         place = place_of(join)

@@ -12,7 +12,7 @@ bubblewrap (`_forker` says how, and why it is as safe).
   that of the stage server, and that of each child, which is cloned as the *server's* child
   of that same thread.
 - It dies with the server: its parent-death signal, and the end of its socket.
-- When it dies it is started again at the next start, at most `MAX_STARTS` times in all; a
+- When it dies it is started again at the next start, at most `MAX_STARTS` times a minute; a
   start whose exchange it did not finish is tried once more, with a new gate: a child cloned
   for the lost one waits for a word on its old gate that never comes, and exits having done
   nothing (it stays a zombie of the server, whose pid the server never learnt: one at most
@@ -51,9 +51,10 @@ from ._posix import (
     winsize,
 )
 
-# Starts of the stage server in one process's life: past them it is not started again (a
-# machine where it dies at once would otherwise start one per spawn).
+# Starts of the stage server within a minute: past them it is not started again until the
+# oldest is a minute old (a machine where it dies at once would otherwise start one per spawn).
 MAX_STARTS = 5
+STARTS_WINDOW = 60.0
 # How long its start (an interpreter, the stage compiled: ~60 ms) and one answer may take on a
 # loaded machine, and how long a child's set-up up to its cwd may (a few system calls).
 READY_WAIT = 20.0
@@ -82,7 +83,7 @@ class Zygote:
         self._state = threading.Condition()
         self._exchange = threading.Lock()  # one request on the socket at a time
         self._link: _Link | None = None
-        self._starts = 0
+        self._starts: list[float] = []  # when it was started, within the window
         self._wanted = False
         self._why = ""
         self._thread: threading.Thread | None = None
@@ -104,10 +105,13 @@ class Zygote:
             ends = time.monotonic() + READY_WAIT
             while self._link is None:
                 if not self._wanted:
-                    if self._starts >= MAX_STARTS:
+                    now = time.monotonic()
+                    self._starts = [at for at in self._starts if now - at < STARTS_WINDOW]
+                    if len(self._starts) >= MAX_STARTS:
                         raise OSError(errno.EAGAIN, "the sandbox's stage server ended "
-                                      f"{MAX_STARTS} times ({self._why})")
-                    self._starts += 1
+                                      f"{MAX_STARTS} times within {STARTS_WINDOW:g} s "
+                                      f"({self._why})")
+                    self._starts.append(now)
                     self._wanted = True
                     if self._thread is None:
                         self._thread = threading.Thread(target=self._keep, daemon=True,

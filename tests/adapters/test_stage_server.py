@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -512,3 +513,56 @@ def test_a_child_not_born_there_joins_its_cgroup_by_itself(zygote: _zygote.Zygot
         child.signal_group("KILL")
         finish(child)
         tree.finished(2)
+
+
+@needs_bwrap
+def test_a_stage_server_killed_among_starts_loses_none_and_leaks_nothing() -> None:
+    """Starts from four clients at once while the stage server is killed twice: each start
+    runs its command or fails as a start (never hangs, never runs twice), the next ones run,
+    and nothing is left: no child of the server but the new stage server, no placeholder."""
+    import threading
+
+    server = Server("asyncio")
+    workspace = tempfile.mkdtemp(prefix="execproto-killed-", dir="/tmp")
+    outcomes: list[str] = []
+    try:
+        from .sandboxes import run
+
+        def starts(n: int) -> None:
+            client = server.client()
+            for i in range(8):
+                ran = run(client, f"echo {n}-{i}", workspace_write(workspace), cwd=workspace)
+                outcomes.append("ran" if ran.stdout == f"{n}-{i}\n" else
+                                "failed" if "error" in ran.reply or ran.exit_code else "odd")
+            client.close()
+
+        run(server.client(), "true", read_only(workspace))  # the stage server is up
+        threads = [threading.Thread(target=starts, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for _ in range(2):
+            time.sleep(0.05)
+            for pid in _pids():
+                if _is_stage_server(pid, server.process.pid):
+                    os.kill(pid, signal.SIGKILL)
+        for thread in threads:
+            thread.join(60)
+        assert len(outcomes) == 32 and "odd" not in outcomes, outcomes
+        after = run(server.client(), "echo after", workspace_write(workspace), cwd=workspace)
+        assert after.stdout == "after\n", after
+        time.sleep(0.5)
+        children = [pid for pid in _pids() if _parent(pid) == server.process.pid]
+        assert len(children) == 1 and _is_stage_server(children[0], server.process.pid), [
+            (pid, Path(f"/proc/{pid}/cmdline").read_bytes()[:60]) for pid in children]
+        assert os.listdir(workspace) == []
+    finally:
+        log = server.stop()
+        shutil.rmtree(workspace, ignore_errors=True)
+    assert "Traceback" not in log, log
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(stat_fields(pid)[1])
+    except (OSError, IndexError):
+        return 0

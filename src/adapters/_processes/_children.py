@@ -57,8 +57,8 @@ log = logging.getLogger("execproto")
 # One read per wakeup per stream: large, so a fast writer costs few events, yet bounded, so one
 # busy process cannot hold the loop (the pipe itself holds 1 MiB). A read that came back full
 # says the writer is ahead: the next one takes up to BULK_READ_SIZE, until one comes back short.
-# Fewer, larger chunks cost less per byte (on a stream, interleaved runs: the server's CPU -3 to
-# -17% and throughput +9 to +17% a round); at 1 MiB the bench client's cost per byte grew more
+# Fewer, larger chunks cost less per byte (a stream, 60 interleaved rounds: the server's CPU -7%,
+# throughput +8%, each round's median); at 1 MiB the bench client's cost per byte grew more
 # than the server's fell. A chunk is at most one read: what a held log may hold past its bound
 # before its process is paused, and what a client may receive past its own buffer.
 READ_SIZE = 256 << 10

@@ -360,21 +360,24 @@ def run(argv: list[str], pass_fds: Sequence[int], timeout: float) -> tuple[int |
     said = bytearray()
     ends = time.monotonic() + timeout
     try:
-        open_ = dict(child.outputs)
-        while open_ and time.monotonic() < ends:
-            ready, _, _ = select.select(list(open_.values()), [], [],
-                                        max(0.0, ends - time.monotonic()))
-            for name, fd in list(open_.items()):
-                if fd in ready:
-                    try:
-                        chunk = os.read(fd, 1 << 16)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        del open_[name]
-                    elif name == "stderr" and len(said) < 1 << 16:
-                        said += chunk
-        select.select([child.pidfd], [], [], max(0.0, ends - time.monotonic()))
+        streams = {fd: name for name, fd in child.outputs.items()}
+        poller = select.poll()  # not select: a busy server's descriptors pass 1024
+        for fd in streams:
+            poller.register(fd, select.POLLIN)
+        while streams and time.monotonic() < ends:
+            for fd, _ in poller.poll(max(0.0, ends - time.monotonic()) * 1000):
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    poller.unregister(fd)
+                    del streams[fd]
+                elif streams[fd] == "stderr" and len(said) < 1 << 16:
+                    said += chunk
+        exited = select.poll()
+        exited.register(child.pidfd, select.POLLIN)
+        exited.poll(max(0.0, ends - time.monotonic()) * 1000)
         status = child.exit_status()
         if status is None:
             child.signal_group("KILL")

@@ -133,14 +133,15 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILT_FROM = ("pyproject.toml", "README.md", "LICENSE", "src")  # src last: a directory
 
 
-def deployed(into: Path) -> Path:
-    """The ``execproto`` script of a wheel of this checkout installed in a new venv in ``into``,
-    its dependencies taken from this interpreter's site-packages (a .pth line: no download)."""
+def deployed(into: Path, root: Path = ROOT) -> Path:
+    """The ``execproto`` script of a wheel of the checkout at ``root`` (this one by default)
+    installed in a new venv in ``into``, its dependencies taken from this interpreter's
+    site-packages (a .pth line: no download)."""
     source = into / "source"
-    shutil.copytree(ROOT / "src", source / "src",
+    shutil.copytree(root / "src", source / "src",
                     ignore=shutil.ignore_patterns("__pycache__"))
     for name in BUILT_FROM[:-1]:
-        shutil.copy(ROOT / name, source / name)
+        shutil.copy(root / name, source / name)
     quiet = {"stdout": subprocess.DEVNULL, "check": True}
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(into / "wheel"), str(source)], **quiet)
@@ -250,12 +251,13 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 
 
-def side_by_side(runs: int) -> dict[str, list[float]]:
-    """Launch-to-ready ms of the stack's floor, execproto serve as deployed and the reference
-    (when installed), taking turns one launch each so that the machine's load falls on all
-    alike; each gets one unmeasured launch first. For `bench/compare.py`."""
+def side_by_side(runs: int, installed: Path | None = None) -> dict[str, list[float]]:
+    """Launch-to-ready ms of the stack's floor, execproto serve as deployed (this checkout, or
+    the ``execproto`` script ``installed``) and the reference (when installed), taking turns one
+    launch each so that the machine's load falls on all alike; each gets one unmeasured launch
+    first. For `bench/compare.py`."""
     with tempfile.TemporaryDirectory(prefix="execproto-cold-") as scratch:
-        found = subjects(deployed(Path(scratch)))
+        found = subjects(installed or deployed(Path(scratch)))
         chosen = {name: found[name] for name in (FLOOR, DEPLOYED, REFERENCE_NAME) if name in found}
         for measure in chosen.values():
             measure()

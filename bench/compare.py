@@ -174,7 +174,11 @@ def measure(args: argparse.Namespace, adapters: list[str], chosen: list[str]) ->
         run["sandboxed"] = sandboxed.measure(starts, sandboxed_runs)
     if "cold" in chosen:
         print("measuring cold starts ...", file=sys.stderr)
-        run["cold"] = cold_start.side_by_side(cold_runs)
+        # Another interpreter's execproto is measured as installed there (bench/at_commit.py
+        # makes it a deployed one), this checkout's as a wheel built of it.
+        installed = None if args.python == sys.executable else Path(args.python).with_name(
+            "execproto")
+        run["cold"] = cold_start.side_by_side(cold_runs, installed)
     run["load_after"] = load_average()
     run["sizes"] = {"stream_mib": size >> 20, "runs": runs, "sandboxed_runs": sandboxed_runs,
                     "cold_runs": cold_runs, "cores": os.cpu_count()}
@@ -205,9 +209,10 @@ def main() -> None:
                         "beside the reference's or the floor's, and the ratio")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--python", default=sys.executable,
-                        help="the interpreter whose execproto is measured (default this one's): "
-                        "e.g. a virtual environment with another checkout installed; the "
-                        "cold start is always of the checkout bench/ lies in")
+                        help="the interpreter whose execproto is measured (default this one's, "
+                        "and for the cold start a wheel of this checkout): e.g. one that "
+                        "bench/at_commit.py printed, to put a commit before a change beside one "
+                        "after it")
     parser.add_argument("--from", dest="saved", type=Path, nargs="+",
                         help="measure nothing: print the runs saved with --json in these files "
                         "(of several, with --table: the medians and the ratios' range)")

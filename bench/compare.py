@@ -10,7 +10,7 @@ loopback when `sshd` is installed (bench/openssh.py). Every exec-server gets the
 client (bench/wsbench.py). Workloads, chosen with --workloads (all by default):
 
   unsandboxed  (bench/workloads.py) stream: one process writes 256 MiB, from process/start until
-            every byte has arrived as process/output, the best of three (the servers taking
+            every byte has arrived as process/output, the best of five (the servers taking
             turns, one stream each, so the machine's load falls on all alike); latency: 200
             sequential starts of `true`, each until its process/closed; fan-out: 200 processes
             started at once, each printing 100 lines; idle RSS; the local floor (a pipe and
@@ -180,8 +180,9 @@ def measure(args: argparse.Namespace, adapters: list[str], chosen: list[str]) ->
             "execproto")
         run["cold"] = cold_start.side_by_side(cold_runs, installed)
     run["load_after"] = load_average()
-    run["sizes"] = {"stream_mib": size >> 20, "runs": runs, "sandboxed_runs": sandboxed_runs,
-                    "cold_runs": cold_runs, "cores": os.cpu_count()}
+    run["sizes"] = {"stream_mib": size >> 20, "stream_runs": STREAM_RUNS, "runs": runs,
+                    "sandboxed_runs": sandboxed_runs, "cold_runs": cold_runs,
+                    "cores": os.cpu_count()}
     return run
 
 

@@ -189,7 +189,8 @@ def rows_of(run: dict[str, Any], ours: str) -> list[Row]:
     if r is not None and ref is not None:
         n = sizes["runs"]
         for label, key, fmt, spread in (
-            (f"stream, {sizes['stream_mib']} MiB, MB/s (best of 3)", "stream_mbps", "{:.0f}", None),
+            (f"stream, {sizes['stream_mib']} MiB, MB/s (best of {sizes.get('stream_runs', 3)})",
+             "stream_mbps", "{:.0f}", None),
             ("server CPU s/GiB streamed", "server_cpu_per_gib", "{:.2f}", None),
             (f"start → closed of `true`, median ms (p95), {n} one after another",
              "latency_median_ms", "{:.2f}", "latency_p95_ms"),

@@ -246,12 +246,6 @@ def _links_on_the_way(path: str) -> list[str]:
 
 
 @needs_bwrap
-@pytest.mark.xfail(strict=True, reason=(
-    "a link on the way to a held file (/lib64 -> usr/lib64 on the way to the loader PT_INTERP "
-    "names; /lib -> usr/lib, through which the loader's cache names every library; "
-    "libz.so.1 -> libz.so.1.2.13) is an entry of a writable directory: the stage must pin "
-    "it, mounting the link on itself (open_tree with AT_SYMLINK_NOFOLLOW, move_mount), as "
-    "it pins directories"))
 def test_no_link_on_the_way_to_the_loader_or_a_library_can_be_turned(
         server: tuple[Client, str, int]) -> None:
     client, workspace, _ = server

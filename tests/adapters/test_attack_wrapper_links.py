@@ -50,7 +50,8 @@ def test_a_writable_root_cannot_turn_a_link_the_server_runs(tmp_path: Path) -> N
         turn = "; ".join(f"ln -sfn {fake} {links}/{name}" for name in WRAPPERS)
         root_write = profile(str(workspace), [_special("root", "write")])
         turned = run(server.client(), f"{turn} && echo turned", root_write, cwd=str(workspace))
-        assert "turned" in turned.stdout, turned
+        # Turned, or refused: the links on the way to what the server runs are pinned now.
+        assert "turned" in turned.stdout or "busy" in turned.stderr, turned
         # The next starts, in another session: a sandbox (setpriv, setsid, bubblewrap) and
         # one with the network, whose session network starts pasta.
         with_network = profile(str(workspace), [_special("root", "read")], network="enabled")

@@ -173,6 +173,75 @@ class _Unlinked:
         return through and (not os.path.islink(path) or os.path.realpath(path) == path)
 
 
+class _Cached:
+    """A readlink asked once a path in a start: the policy is resolved three times (`crossing`,
+    `pinned`, `_ways`), each through the same parents, and one snapshot of the links is what
+    the plan is made from (the stage checks each link it relies on is still so)."""
+
+    def __init__(self, readlink: Callable[[str], str | None]) -> None:
+        self._readlink = readlink
+        self._seen: dict[str, str | None] = {}
+
+    def __call__(self, path: str) -> str | None:
+        try:
+            return self._seen[path]
+        except KeyError:
+            found = self._seen[path] = self._readlink(path)
+            return found
+
+
+class _Ways:
+    """Every entry met resolving the held names (the policy's caps), as the kernel resolves
+    them: a link with its target, anything else with None (a directory, or the held file
+    itself), in the order met. Renamed or replaced, any of them would lead the name
+    elsewhere: `/lib64`, a link in `/` on the way to the loader PT_INTERP names, turned to a
+    directory of the sandbox's would have the next program the server execs (bubblewrap
+    itself) load the sandbox's loader. So those the sandbox may write beside are pinned
+    (`Sandbox._pin_ways`). Each path is resolved once in a start: the hundred held names lie
+    in a few directories."""
+
+    def __init__(self, readlink: Callable[[str], str | None]) -> None:
+        self._readlink = readlink
+        self._real = {"/": "/"}
+        self.met: dict[str, str | None] = {}
+        self.directories: set[str] = set()  # those of ``met`` looked into
+        self._links = 0
+
+    def real(self, path: str) -> str | None:
+        """``path`` (absolute and normal, as a rule's) resolved, or None for a loop: the name
+        leads nowhere the server could load (the entries met on the way are kept)."""
+        self._links = 0
+        try:
+            return self._resolved(path)
+        except (PlantedLink, RecursionError):
+            return None
+
+    def _resolved(self, path: str) -> str:
+        real = self._real.get(path)
+        if real is None:
+            parent, name = path.rsplit("/", 1)
+            real = self._real[path] = self._entry(self._resolved(parent or "/"), name)
+        return real
+
+    def _entry(self, directory: str, name: str) -> str:
+        if directory != "/":
+            self.directories.add(directory)
+        here = ("" if directory == "/" else directory) + "/" + name
+        target = self.met[here] = self._readlink(here)
+        if target is None:
+            return here
+        self._links += 1
+        if self._links > MAX_LINKS:
+            raise PlantedLink(f"{here}: too many levels of symbolic links")
+        real = "/" if target.startswith("/") else directory
+        for part in target.split("/"):
+            if part in ("", "."):
+                continue
+            real = (os.path.dirname(real) if part == ".." else
+                    self._resolved(("" if real == "/" else real) + "/" + part))
+        return real
+
+
 def _beneath(path: str, tops: tuple[str, ...]) -> bool:
     return any(top == "/" or path == top or path.startswith(top + "/") for top in tops)
 
@@ -231,6 +300,8 @@ MAX_PLACEHOLDER_PATH = 1024  # bytes of such a directory's path, kept as long
 MAX_SECONDS = 2.0
 # Plans remade because a placeholder the plan relied on was removed meanwhile (`Placeholders`).
 MAX_TRIES = 3
+# Links followed resolving one held name (`_Ways`) before it is given up as a loop (Linux's).
+MAX_LINKS = 40
 
 
 class Budget:
@@ -351,6 +422,8 @@ class Sandbox:
         self._floor = floor
         self._placeholders = placeholders
         self.budget = Budget()  # from now: the backend's own look at the policy counts too
+        self._readlink = _Cached(self.budget.readlink)  # one look at the links per start
+        self._ways = _Ways(self._readlink)
         self._ops: list[tuple[str, str, str]] = []  # (operation, path, access): see _stage
         self._missing: set[str] = set()
         self._pinned: set[str] = set()
@@ -362,7 +435,7 @@ class Sandbox:
     def command(self, policy: Policy, spec: SpawnSpec, program: str) -> list[str]:
         try:
             Budget.shape(policy)
-            crossed = crossing(policy, self.budget.readlink, self._floor)
+            crossed = crossing(policy, self._readlink, self._floor)
             if crossed is not None:
                 return self._refused(policy, spec, refusal(*crossed))
             matched = self._expand(policy)
@@ -470,9 +543,12 @@ class Sandbox:
         # most of the setup's cost. The denying caps (the server's secrets) always hold.
         writes = any(rule.access == "write" for rule in policy.rules)
         caps = [cap for cap in policy.caps if writes or cap.access != "read"]
+        self._ways = _Ways(self._readlink)
+        for cap in caps:
+            self._ways.real(cap.path)
         try:
             real = pinned(Policy.of([*policy.rules, *matched], policy.network, caps=caps),
-                          self.budget.readlink, self._floor)
+                          self._readlink, self._floor)
         except PlantedLink as exc:
             raise CannotEnforce(str(exc)) from None
         rules = []
@@ -489,13 +565,15 @@ class Sandbox:
                     continue  # nothing to bind: the parent's rule governs the place
                 self._missing.add(rule.path)
             rules.append(rule)
+        # A cap's name through a link is not mounted: it holds where that leads too.
         caps = [cap for cap in real.caps
-                if unlinked(cap.path) and _reach(cap.path) != "unreachable"]
+                if self._ways.real(cap.path) == cap.path and _reach(cap.path) != "unreachable"]
         return Policy.of(rules, policy.network, caps=caps).narrow(self._floor)
 
     def _mounts(self, policy: Policy) -> str:
         """The stage's operations for ``policy``; returns the root's access."""
         index = policy.index()
+        self._pin_ways(index)
         for rule in policy.rules[1:]:
             self.budget.check()
             parent = _parent(index, rule.path)
@@ -538,6 +616,30 @@ class Sandbox:
                     continue  # there already, through its mount, or hidden
                 made.add(where)
                 self._ops.append(("link", where, target))
+
+    def _pin_ways(self, index: dict[str, PathRule]) -> None:
+        """Pin each entry on the way to a held name (`_Ways`) that lies where the sandbox may
+        write: a directory as `_pin_between` does, a link by binding the link onto itself
+        (the stage checks it still leads where it led here). Shallow first, before any other
+        mount: what is mounted beneath is mounted in the pinned tree. The held file itself is
+        not among them: it has a rule of its own, bound or made as a placeholder."""
+        writable: dict[str, bool] = {}
+        chosen = []
+        for path in self._ways.met:
+            parent = path.rsplit("/", 1)[0] or "/"
+            beside = writable.get(parent)
+            if beside is None:
+                beside = writable[parent] = deepest(index, parent).access == "write"
+            if beside and path not in self._pinned and not _beneath(path, OWN):
+                chosen.append(path)
+        for path in sorted(chosen, key=lambda path: (path.count("/"), path)):
+            target = self._ways.met[path]
+            if target is not None:
+                self._pinned.add(path)
+                self._ops.append(("pin-link", path, target))
+            elif path in self._ways.directories and os.path.isdir(path):
+                self._pinned.add(path)
+                self._ops.append(("pin", path, ""))
 
     def _pin_between(self, top: str, path: str) -> None:
         """Bind every directory strictly between a writable ``top`` and a protected ``path``

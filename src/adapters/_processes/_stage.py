@@ -30,6 +30,8 @@ server sorted them), three fields each:
     cover P -             P masked: an empty directory or an empty file, read-only and of
                           mode 000 (`Stage.cover`)
     pin P -               P bound onto itself: it cannot be renamed
+    pin-link P TARGET     the symlink P, still leading to TARGET, bound onto itself: it
+                          cannot be renamed, removed or replaced (`Stage.pin_link`)
     placeholder P -       P made (as an empty directory) and covered
     link P TARGET         a symlink at P to TARGET, as the host has it (a ``none`` root only)
     refuse WHY -          (alone) fail with WHY before anything is made: the server found
@@ -205,6 +207,36 @@ class Stage:
         if target is not None:
             attach(clone_tree(target), target)
 
+    def pin_link(self, path: str, target: str) -> None:
+        """The symlink at ``path`` bound onto itself, as `pin` binds a directory: a mount
+        point cannot be renamed, removed or replaced (EBUSY), and a lookup still follows the
+        link beneath it. The server pins the links on the way to what it runs (`/lib64` on
+        the way to the loader): a link a sandbox may write beside is not what it was when the
+        server looked, if it is not a link to the same ``target`` now, and the start fails
+        ("changed"), vanished included: the sandbox could make it anew."""
+        try:
+            link = openat2(self.root, path.lstrip("/"), os.O_PATH | os.O_NOFOLLOW)
+        except OSError:
+            raise Changed(f"{path} changed while the sandbox was set up") from None
+        if not stat.S_ISLNK(os.fstat(link).st_mode) or os.readlink("", dir_fd=link) != target:
+            raise Changed(f"{path} changed while the sandbox was set up")
+        tree = clone_tree(link)
+        # Nosuid and nodev change nothing on a link (what it leads to is on another mount),
+        # and spare bubblewrap remounting it so, as it does each submount of the staged root
+        # (`--bind`) that lacks them: its remount finds the mount point by path, following
+        # the link, and fails (EPERM).
+        set_attr(tree, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, recursive=False)
+        attach(tree, link)
+        # Renamed away before the mount, the link would be pinned elsewhere: what is at the
+        # name now must be the pinned link.
+        try:
+            now = openat2(self.root, path.lstrip("/"), os.O_PATH | os.O_NOFOLLOW)
+        except OSError:
+            raise Changed(f"{path} changed while the sandbox was set up") from None
+        before, after = os.fstat(link), os.fstat(now)
+        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+            raise Changed(f"{path} changed while the sandbox was set up")
+
     def placeholder(self, path: str, access: str = "") -> None:
         made: list[str] = []
         target = self._make(path, is_dir=True, made=made)
@@ -338,7 +370,7 @@ def fresh_keyring() -> None:
         _syscall(SYS_KEYCTL, "keyring", ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING), None)
 
 
-OPS = {"bind": Stage.bind, "cover": Stage.cover, "pin": Stage.pin,
+OPS = {"bind": Stage.bind, "cover": Stage.cover, "pin": Stage.pin, "pin-link": Stage.pin_link,
        "placeholder": Stage.placeholder, "link": Stage.link}
 
 

@@ -266,6 +266,27 @@ def _reach(path: str) -> str:
     return "there"
 
 
+def _can_make(directory: str) -> bool:
+    """Whether a sandbox might make an entry in ``directory``, where a missing protected path
+    would go: if not, no placeholder is needed there, nor could one be made (the server is
+    not root, and the directory is another user's that its user may not write: `/etc` for a
+    server run as nobody). A sandbox runs as the server's user, with no capability over the
+    host's inodes; it cannot open such a directory up (chmod is the owner's), nor put another
+    in its place: renaming it takes writing its parent, and a parent the sandbox may write
+    has the directories between it and the protected path pinned (`_pin_between`). Only the
+    server's user's own directories could be opened up, so a placeholder there is made as
+    always (the stage may, in a user namespace of its own: whatever the mode), and if it
+    cannot be, the start fails. Not a bind or a cover: what is there is shown or hidden
+    whoever may write beside it."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        return (os.stat(directory).st_uid == os.geteuid() or
+                os.access(directory, os.W_OK | os.X_OK, effective_ids=True))
+    except OSError:
+        return True  # the stage finds out, and fails the start if it must
+
+
 def _blocked_by_own(path: str) -> bool:
     """Whether the first directory on the way to ``path`` that refuses its search is owned by
     the server's user."""
@@ -664,13 +685,15 @@ class Sandbox:
         if len(os.fsencode(path)) > MAX_PLACEHOLDER_PATH:
             raise CannotEnforce(f"the missing path {path[:64]}... is over "
                                 f"{MAX_PLACEHOLDER_PATH} bytes: no directory is made for it")
-        missing = path
-        while not os.path.lexists(missing):
-            self.made.add(missing)
-            if len(self.made) > MAX_PLACEHOLDERS:
-                raise CannotEnforce(f"the sandbox would make over {MAX_PLACEHOLDERS} "
-                                    "directories for missing paths")
-            missing = os.path.dirname(missing)
+        missing = [path]
+        while not os.path.lexists(os.path.dirname(missing[-1])):
+            missing.append(os.path.dirname(missing[-1]))
+        if not _can_make(os.path.dirname(missing[-1])):
+            return
+        self.made.update(missing)
+        if len(self.made) > MAX_PLACEHOLDERS:
+            raise CannotEnforce(f"the sandbox would make over {MAX_PLACEHOLDERS} "
+                                "directories for missing paths")
         self._ops.append(("placeholder", path, ""))
 
     def _bind(self, access: str, path: str) -> None:

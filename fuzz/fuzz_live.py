@@ -32,6 +32,9 @@ from hypothesis import strategies as st
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Request, TextMessage
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from children import children  # noqa: E402
+
 EXAMPLES = int(os.environ.get("EXECPROTO_LIVE_FUZZ_EXAMPLES", "60"))
 TTL = 1.0
 GRACE = 0.2
@@ -62,16 +65,7 @@ class Live:
         self.examples = 0
 
     def children(self) -> list[int]:
-        found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as stat:
-                        if int(stat.read().rsplit(")", 1)[1].split()[1]) == self.process.pid:
-                            found.append(int(entry))
-                except (FileNotFoundError, ProcessLookupError):
-                    pass
-        return found
+        return children(self.process.pid)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from children import children
 
 from execproto.adapters._client._wsclient import HandshakeRefused
 from execproto.adapters.client import Chunk, RemoteError, Result, SessionGone, connect
@@ -169,12 +170,6 @@ async def test_calls_made_while_disconnected_wait_for_the_resume(
                 proxy.refusing = False
             await proc.close_stdin()
             assert b"".join(c.data for c in await collect(proc)) == b"across the gap"
-
-
-def children(pid: int) -> list[str]:
-    """The child processes of ``pid``, whichever of its threads started them."""
-    tasks = Path(f"/proc/{pid}/task")
-    return [child for task in tasks.iterdir() for child in (task / "children").read_text().split()]
 
 
 async def test_a_session_that_expired_while_away_is_reported() -> None:

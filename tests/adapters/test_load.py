@@ -16,8 +16,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from execproto.adapters._processes import _bwrap
-
 from .conftest import Server
 
 
@@ -85,22 +83,6 @@ def test_the_check_catches_a_wrong_byte_a_gap_a_reordering_and_a_wrong_exit() ->
     assert any("process/closed is not last" in e for e in load.check(job, unclosed).errors)
 
 
-def _others(children: tuple[int, ...]) -> tuple[int, ...]:
-    """The children but the stage server (`_forker`), which is the server's for its whole life
-    once the probe of bubblewrap has run."""
-    source = _bwrap.FORKER.source.encode()
-
-    def stage_server(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as file:
-                words = file.read().split(b"\0")
-        except OSError:
-            return False
-        return len(words) > 4 and words[4] == source
-
-    return tuple(pid for pid in children if not stage_server(pid))
-
-
 def _leftovers(pid: int, base: Any, threads: bool = True, timeout: float = 20) -> Any:
     """The server's state once settled: its descriptors as bench/load.py waits for them, and
     (with ``threads``) its threads back down to the baseline (a worker may take a moment to
@@ -121,14 +103,14 @@ def test_many_clients_and_processes_every_byte_and_nothing_left(adapter: str) ->
         warm = load.concurrent(server.url, 1, 2, SIZE, prefix="w")
         assert warm.errors == []
         base, _ = load.settle(pid, None, QUIET, timeout=20)
-        assert _others(base.children) == ()
+        assert base.children == ()
 
         tally = load.concurrent(server.url, CLIENTS, PROCESSES, SIZE)
         assert tally.errors == []
         assert tally.processes == CLIENTS * PROCESSES
         assert tally.bytes_checked == tally.bytes_expected > CLIENTS * PROCESSES * SIZE
         after = _leftovers(pid, base)
-        assert after.children == base.children
+        assert after.children == ()
         assert after.fds == base.fds
         assert after.threads <= base.threads
 
@@ -137,7 +119,7 @@ def test_many_clients_and_processes_every_byte_and_nothing_left(adapter: str) ->
         assert tally.processes == SEQUENTIAL
         assert tally.bytes_checked == tally.bytes_expected > SEQUENTIAL * SEQUENTIAL_SIZE
         after = _leftovers(pid, base)
-        assert after.children == base.children
+        assert after.children == ()
         assert after.fds == base.fds
         assert after.threads <= base.threads
         assert server.process.poll() is None, "the server died under load"

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from children import children  # noqa: E402,F401  (a server's children, but its stage server)
 from reference import CACHE  # noqa: E402
 
 REFERENCE_HOMES = CACHE.parent / "reference-homes"
@@ -112,19 +113,6 @@ def cpu_seconds(pids: list[int]) -> float:
         except FileNotFoundError:
             pass
     return total / os.sysconf("SC_CLK_TCK")
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (FileNotFoundError, ProcessLookupError):
-                pass
-    return found
 
 
 def written(pid: int) -> int:

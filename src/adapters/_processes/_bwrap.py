@@ -594,26 +594,31 @@ class Sandbox:
     def _mounts(self, policy: Policy) -> str:
         """The stage's operations for ``policy``; returns the root's access."""
         index = policy.index()
-        self._pin_ways(index)
+        ways = self._ways_by_grant(index)
+        self._pin_ways(ways.pop("/", []))
         for rule in policy.rules[1:]:
             self.budget.check()
-            parent = _parent(index, rule.path)
-            if _beneath(rule.path, OWN):
-                continue
-            if rule.path in self._missing:
-                if parent.access == "write":
-                    self._pin_between(parent.path, rule.path)
-                    self._placeholder(rule.path)
-                continue  # else nothing there to hide, and nothing can be made there
-            if rule.access == parent.access and not (rule.access == "none" and
-                                                     parent.path == "/"):
-                continue  # the parent's mount already shows it so (a denial under an
-                # absent root is masked all the same: there, as the reference's, it is
-                # found and refused rather than missing)
-            if rule.access != "write" and parent.access == "write":
-                self._pin_between(parent.path, rule.path)
-            self._bind(rule.access, rule.path)
+            self._mount(index, rule)
+            self._pin_ways(ways.pop(rule.path, []))
         return policy.rules[0].access
+
+    def _mount(self, index: dict[str, PathRule], rule: PathRule) -> None:
+        parent = _parent(index, rule.path)
+        if _beneath(rule.path, OWN):
+            return
+        if rule.path in self._missing:
+            if parent.access == "write":
+                self._pin_between(parent.path, rule.path)
+                self._placeholder(rule.path)
+            return  # else nothing there to hide, and nothing can be made there
+        if rule.access == parent.access and not (rule.access == "none" and
+                                                 parent.path == "/"):
+            return  # the parent's mount already shows it so (a denial under an absent
+            # root is masked all the same: there, as the reference's, it is found and
+            # refused rather than missing)
+        if rule.access != "write" and parent.access == "write":
+            self._pin_between(parent.path, rule.path)
+        self._bind(rule.access, rule.path)
 
     def _links(self, policy: Policy, resolved: Policy) -> None:
         """Under an absent root, the host's symlinks on the way to what the policy shows, made
@@ -638,22 +643,31 @@ class Sandbox:
                 made.add(where)
                 self._ops.append(("link", where, target))
 
-    def _pin_ways(self, index: dict[str, PathRule]) -> None:
-        """Pin each entry on the way to a held name (`_Ways`) that lies where the sandbox may
-        write: a directory as `_pin_between` does, a link by binding the link onto itself
-        (the stage checks it still leads where it led here). Shallow first, before any other
-        mount: what is mounted beneath is mounted in the pinned tree. The held file itself is
-        not among them: it has a rule of its own, bound or made as a placeholder."""
-        writable: dict[str, bool] = {}
-        chosen = []
+    def _ways_by_grant(self, index: dict[str, PathRule]) -> dict[str, list[str]]:
+        """The entries on the way to a held name (`_Ways`) that lie where the sandbox may
+        write, by the write rule that grants it there, each list shallow first. The held file
+        itself is not among them: it has a rule of its own, bound or made as a placeholder."""
+        grants: dict[str, str | None] = {}  # a directory's write rule, or None
+        found: dict[str, list[str]] = {}
         for path in self._ways.met:
             parent = path.rsplit("/", 1)[0] or "/"
-            beside = writable.get(parent)
-            if beside is None:
-                beside = writable[parent] = deepest(index, parent).access == "write"
-            if beside and path not in self._pinned and not _beneath(path, OWN):
-                chosen.append(path)
-        for path in sorted(chosen, key=lambda path: (path.count("/"), path)):
+            if parent not in grants:
+                rule = deepest(index, parent)
+                grants[parent] = rule.path if rule.access == "write" else None
+            grant = grants[parent]
+            if grant is not None and not _beneath(path, OWN):
+                found.setdefault(grant, []).append(path)
+        for paths in found.values():
+            paths.sort(key=lambda path: (path.count("/"), path))
+        return found
+
+    def _pin_ways(self, paths: list[str]) -> None:
+        """Pin ``paths`` (`_ways_by_grant`), once their write rule is mounted and before
+        anything beneath them is: a directory as `_pin_between` does, a link by binding the
+        link onto itself (the stage checks it still leads where it led here)."""
+        for path in paths:
+            if path in self._pinned:
+                continue
             target = self._ways.met[path]
             if target is not None:
                 self._pinned.add(path)

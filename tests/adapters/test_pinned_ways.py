@@ -1,0 +1,67 @@
+"""The links and directories on the way to a held file, where a sandbox may write beside them,
+are pinned under every shape of root: renamed, removed or replaced, one would lead the held
+name elsewhere (`_bwrap._Ways`; the loader's `/lib64` is test_attack_loader_files's case).
+
+Here the held name is the server's own file reached through a workspace (`held -> real`, as a
+server run from a venv in its workspace reaches its interpreter), the workspace is writable,
+and the root is the host's read-only, or absent (`minimal`): the pins must be made once the
+workspace's own mount is, else they would lie beneath it, unseen. Run through the stage
+server as a start is, the file held as the server's own files are (a read cap).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from execproto import Policy, SpawnSpec
+from execproto.adapters._processes import _bwrap, _zygote
+from execproto.policy import PathRule
+
+from .sandboxes import needs_bwrap
+
+pytestmark = needs_bwrap
+BWRAP = "/usr/bin/bwrap"
+
+# Each try says whether it worked: turn the link (renamed over by a new one), remove it,
+# rename the directory it lies in, rename the real directory; then what the name reads.
+SCRIPT = """exec 1>&2  # the stage server's run returns stderr
+cd "$1"
+ln -s elsewhere w/new && if mv -T w/new w/held 2>/dev/null; then echo turned; fi
+rm -f w/new
+if rm w/held 2>/dev/null; then echo removed; fi
+if mv w/real w/moved 2>/dev/null; then echo moved; fi
+cat w/held/file
+"""
+
+
+def _run(tmp_path: Path, root: str) -> tuple[int | None, str]:
+    w = tmp_path / "w"
+    (w / "real").mkdir(parents=True)
+    (w / "real" / "file").write_text("held\n")
+    (w / "held").symlink_to("real")
+    rules = [PathRule(path="/", access=root), PathRule(path=str(w), access="write")]
+    if root == "none":  # what `minimal` shows: the shell and what it loads
+        rules += [PathRule(path=path, access="read")
+                  for path in ("/bin", "/usr", "/lib", "/lib64", "/etc") if os.path.exists(path)]
+    policy = Policy.of(rules, False).capped([str(w / "held" / "file")], "read")
+    sandbox = _bwrap.Sandbox(BWRAP, None, _bwrap.Placeholders())
+    spec = SpawnSpec(argv=("/bin/sh", "-c", SCRIPT, "sh", str(tmp_path)), arg0=None,
+                     cwd="/", env=(("PATH", "/usr/bin:/bin"),), tty=False, pipe_stdin=False,
+                     session_id="", process_id="ways")
+    try:
+        argv = sandbox.command(policy, spec, "/bin/sh")
+        return _zygote.run(argv, sandbox.fds, timeout=30)
+    finally:
+        sandbox.close()
+
+
+@pytest.mark.parametrize("root", ["read", "none"])
+def test_a_link_in_a_writable_workspace_on_the_way_to_a_held_file_holds(
+        tmp_path: Path, root: str) -> None:
+    status, said = _run(tmp_path, root)
+    assert (status, said) == (0, "held\n")
+    w = tmp_path / "w"
+    assert os.readlink(w / "held") == "real" and (w / "real" / "file").read_text() == "held\n"

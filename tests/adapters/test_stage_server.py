@@ -192,7 +192,7 @@ def test_the_stage_server_holds_nothing_of_the_server(zygote: _zygote.Zygote) ->
         pid = zygote.pid
         assert pid is not None
         environ = Path(f"/proc/{pid}/environ").read_bytes()
-        assert environ == b"PATH=/usr/sbin:/usr/bin:/sbin:/bin\0", environ
+        assert environ == b"PATH=/usr/sbin:/usr/bin:/sbin:/bin\0LC_ALL=C\0", environ
         assert secret.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
         fds = fds_of(pid)
         assert fds[0] == "/dev/null" and fds[1] == "/dev/null", fds

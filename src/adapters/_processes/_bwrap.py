@@ -57,8 +57,11 @@ class Network(Protocol):
     net: int
     user: int
 
-# The wrappers' whole environment: nothing a client chose.
-WRAPPER_ENV = (("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),)
+# The wrappers' whole environment: nothing a client chose. The C locale: the stage server's
+# interpreter then reads no locale nor glibc's character set modules to coerce it to C.UTF-8
+# (strace: locale.alias, C.utf8/LC_CTYPE, gconv-modules.cache without it; its file names are
+# UTF-8 all the same, in Python's UTF-8 mode), nor do bubblewrap, pasta and nft.
+WRAPPER_ENV = (("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), ("LC_ALL", "C"))
 
 
 def _interpreter() -> str:

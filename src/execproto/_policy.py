@@ -14,6 +14,8 @@ the floor again before it enforces them.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import posixpath
 from collections.abc import Iterable
 from typing import Literal
@@ -28,8 +30,18 @@ RANK: dict[str, int] = {"none": 0, "read": 1, "write": 2}
 
 def normalize(path: str) -> str:
     """An absolute path without `.`, `..`, repeated or trailing slashes (lexically)."""
+    if _normal(path):  # most are already (the caps, every rule a policy holds): a few finds
+        return path
     path = posixpath.normpath(path)
     return "/" if path == "//" else path
+
+
+def _normal(path: str) -> bool:
+    """Whether `normalize` leaves ``path`` as it is: absolute, with no empty, `.` or `..`
+    component and no trailing slash (a subset: normpath is the judge of the rest)."""
+    return path == "/" or (path[:1] == "/" and path[-1] != "/" and "//" not in path
+                           and "/./" not in path and "/../" not in path
+                           and not path.endswith(("/.", "/..")))
 
 
 def _depth(path: str) -> int:
@@ -75,26 +87,25 @@ class Policy(Record):
         every path not beneath a rule is denied (an explicit `/` none rule is added). Each of
         ``caps`` holds its path and everything beneath it to at most its access."""
         by_path: dict[str, PathRule] = {}
-        capped: dict[str, PathRule] = {}
-        for cap in caps:
-            cap = _normalized(cap)
-            if cap.path not in capped or _weaker(cap, capped[cap.path]):
-                capped[cap.path] = cap
         for rule in rules:
             rule = _normalized(rule)
             old = by_path.get(rule.path)
             if old is None or _weaker(rule, old):
                 by_path[rule.path] = rule
         by_path.setdefault("/", PathRule(path="/", access="none"))
-        if capped:
-            index = dict(by_path)
-            for path, cap in capped.items():  # the cap's path gets what was there, held to it
-                there = deepest(index, path)
-                if path not in by_path and RANK[there.access] > RANK[cap.access]:
-                    by_path[path] = PathRule(path=path, access=there.access)
-            by_path = {path: _held(rule, capped) for path, rule in by_path.items()}
+        caps = tuple(caps)
+        if not caps:
+            return cls(rules=_sorted(by_path.values()), network=network,
+                       deny_globs=tuple(deny_globs))
+        held = _caps(tuple([cap.path for cap in caps]), tuple([cap.access for cap in caps]))
+        index = dict(by_path)
+        for path, cap in held.placed(index):  # the cap's path gets what was there, held to it
+            there = deepest(index, path)
+            if path not in by_path and RANK[there.access] > RANK[cap.access]:
+                by_path[path] = PathRule(path=path, access=there.access)
+        by_path = {path: _held(rule, held.by_path) for path, rule in by_path.items()}
         return cls(rules=_sorted(by_path.values()), network=network, deny_globs=tuple(deny_globs),
-                   caps=_sorted(capped.values()))
+                   caps=held.rules)
 
     def rule_for(self, path: str) -> PathRule:
         """The deepest rule that governs ``path`` (a normalized absolute path)."""
@@ -157,22 +168,84 @@ def _held(rule: PathRule, caps: dict[str, PathRule]) -> PathRule:
         cap = caps.get(path)
         if cap is not None and RANK[cap.access] < RANK[access]:
             access = cap.access
-        parent = posixpath.dirname(path)
-        if parent == path:
-            break
-        path = parent
+        cut = path.rfind("/")
+        if cut > 0 and path[cut - 1] != "/":  # the parent, as dirname gives it
+            path = path[:cut]
+        elif cut == 0 and path != "/":
+            path = "/"
+        else:  # the root, a relative path's top, or `//`'s own (normpath keeps `//a`)
+            parent = posixpath.dirname(path)
+            if parent == path:
+                break
+            path = parent
     return rule if access == rule.access else PathRule(path=rule.path, access=access)
 
 
 def deepest(index: dict[str, PathRule], path: str) -> PathRule:
     """The rule of ``index`` at ``path`` or its nearest ancestor: the cost is the path's
-    depth, not the number of rules (``index`` always holds `/`)."""
+    depth, not the number of rules (``index`` always holds `/`). The ancestors are cut at
+    each slash, as `posixpath.dirname` would give them but for names no rule has (a
+    trailing or doubled slash: ``index`` holds normalized paths)."""
     while path not in index:
-        parent = posixpath.dirname(path)
-        if parent == path:  # "" or a relative path: nothing above it but the root rule
+        cut = path.rfind("/")
+        if cut <= 0:  # `/` itself, or a relative path: nothing above it but the root rule
             return index["/"]
-        path = parent
+        path = path[:cut]
     return index[path]
+
+
+class _Caps:
+    """A policy's caps as `Policy.of` uses them, made once for each list of caps (they are
+    the server's own files, the same at every start): normalized, the lesser access kept
+    for a path, sorted as a policy holds them. Never changed once made (it is shared)."""
+
+    __slots__ = ("by_path", "rules", "paths", "under_root")
+
+    def __init__(self, by_path: dict[str, PathRule]) -> None:
+        self.by_path = by_path
+        self.rules = _sorted(by_path.values())
+        # The paths sorted as plain strings, where those beneath one path lie together.
+        self.paths = tuple(sorted(by_path))
+        # By a root rule's access, the caps that would give a rule beneath it: those that
+        # hold less.
+        self.under_root = {access: tuple(cap for cap in by_path.values()
+                                         if RANK[cap.access] < RANK[access]) for access in RANK}
+
+    def placed(self, index: dict[str, PathRule]) -> Iterable[tuple[str, PathRule]]:
+        """The caps whose path may get a rule of its own among ``index``'s: each beneath a
+        rule other than the root's, and those holding less than the root's access (the
+        rest lie beneath the root rule alone, which they would not change). Each once."""
+        found: dict[str, PathRule] = {}
+        for top in index:
+            if top == "/":
+                continue
+            cap = self.by_path.get(top)
+            if cap is not None:
+                found[top] = cap
+            low = bisect.bisect_left(self.paths, top + "/")
+            high = bisect.bisect_left(self.paths, top + "0", low)  # "0" follows "/"
+            for path in self.paths[low:high]:
+                found[path] = self.by_path[path]
+        for cap in self.under_root[index["/"].access]:
+            found.setdefault(cap.path, cap)
+        return found.items()
+
+
+# How many lists of caps `_caps` remembers: a server has a few (its own files, and those
+# with each symlink followed); a request only adds a cap in rare cases (the proxy's CA).
+_CAPS_KEPT = 32
+
+
+@functools.lru_cache(maxsize=_CAPS_KEPT)
+def _caps(paths: tuple[str, ...], accesses: tuple[str, ...]) -> _Caps:
+    """The caps ``PathRule(path, access)`` for these, as `_Caps` holds them: a pure function
+    of its arguments, remembered for the next start."""
+    by_path: dict[str, PathRule] = {}
+    for path, access in zip(paths, accesses, strict=True):
+        cap = _normalized(PathRule(path=path, access=access))
+        if cap.path not in by_path or _weaker(cap, by_path[cap.path]):
+            by_path[cap.path] = cap
+    return _Caps(by_path)
 
 
 # The host kernel's knobs, read-only in every sandbox whatever a profile grants (as the

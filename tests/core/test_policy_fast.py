@@ -1,0 +1,101 @@
+"""The policy's cheap paths decide as the plain ones did (`policy_oracle`), byte for byte:
+normalizing, the deepest rule, `Policy.of` with its caps remembered, narrowing by a floor with
+the server's secrets and own files, and `pinned` through symlinks. Each is checked over many
+policies, caps and links, a cap list met again (the remembered case) among them."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from execproto._links import PlantedLink, pinned
+from execproto._policy import PathRule, Policy, deepest, narrow, normalize
+
+from . import policy_oracle as plain
+
+# Few names, so that paths share ancestors, meet caps and links, and are un-normal at times.
+NAMES = st.sampled_from(["a", "b", "c", ".git", ".", "..", "", "a.b", "a0", "a-"])
+ACCESS = st.sampled_from(["none", "read", "write"])
+
+
+@st.composite
+def paths(draw: st.DrawFn) -> str:
+    parts = draw(st.lists(NAMES, max_size=4))
+    lead = draw(st.sampled_from(["/", "/", "/", "//", ""]))
+    tail = draw(st.sampled_from(["", "", "", "/"]))
+    return lead + "/".join(parts) + tail
+
+
+def rules(max_size: int = 6) -> st.SearchStrategy[list[PathRule]]:
+    return st.lists(st.builds(PathRule, path=paths(), access=ACCESS), max_size=max_size)
+
+
+# The server's own files are a list met at every start: a few fixed ones, drawn from again.
+OWN = [["/a", "/a/b", "/c/.git", "/b/a0"], ["/a/b/c", "/", "/a-", "/a.b/a"], []]
+caps = st.one_of(rules(8), st.sampled_from(OWN).map(
+    lambda ps: [PathRule(path=p, access="read") for p in ps]))
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> Policy:
+    made = draw(rules())
+    return Policy.of(made, draw(st.booleans()), draw(st.lists(paths(), max_size=2)),
+                     caps=draw(caps))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(paths(), st.text(alphabet="/.a", max_size=12), st.text(max_size=8)))
+def test_normalize(path: str) -> None:
+    assert normalize(path) == plain.normalize(path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(policies(), paths())
+def test_deepest(policy: Policy, path: str) -> None:
+    index = plain.index(policy)
+    assert deepest(index, path) == plain.deepest(index, path)
+    assert policy.access(path) == plain.access(policy, path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rules(), st.booleans(), st.lists(paths(), max_size=2), caps)
+def test_of(made: list[PathRule], network: bool, globs: list[str], held: list[PathRule]) -> None:
+    fast = Policy.of(made, network, globs, caps=held)
+    assert fast == plain.of(made, network, globs, caps=held)
+    assert Policy.of(made, network, globs, caps=held) == fast  # remembered: the same again
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.none() | policies(), st.none() | policies(), st.lists(paths(), max_size=3),
+       st.sampled_from(OWN) | st.lists(paths(), max_size=4))
+def test_narrow(floor: Policy | None, request: Policy | None, secrets: list[str],
+                protected: list[str]) -> None:
+    assert (narrow(floor, request, secrets, protected)
+            == plain.narrow(floor, request, secrets, protected))
+    if request is not None:
+        assert request.narrow(floor) == plain.narrow_policies(request, floor)
+
+
+@st.composite
+def links(draw: st.DrawFn) -> dict[str, str]:
+    """Symlinks at normalized paths, to absolute or relative targets (loops included)."""
+    found = {}
+    for _ in range(draw(st.integers(0, 4))):
+        where = plain.normalize("/" + draw(paths()))
+        if where != "/":
+            found[where] = draw(paths()) or "a"
+    return found
+
+
+def _outcome(run: object) -> object:
+    try:
+        return run()  # type: ignore[operator]
+    except PlantedLink as exc:
+        return ("refused", str(exc))
+
+
+@settings(max_examples=300, deadline=None)
+@given(policies(), links(), st.none() | policies())
+def test_pinned(policy: Policy, found: dict[str, str], floor: Policy | None) -> None:
+    assert (_outcome(lambda: pinned(policy, found.get, floor))
+            == _outcome(lambda: plain.pinned(policy, found.get, floor)))

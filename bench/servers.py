@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from children import children  # noqa: E402,F401  (a server's children, but its stage server)
+from children import children, resident  # noqa: E402,F401  (see tests/children.py)
 from reference import CACHE  # noqa: E402
 
 REFERENCE_HOMES = CACHE.parent / "reference-homes"

@@ -6,7 +6,7 @@
   latency   sequential process/start of `true`, each until its process/closed.
   fan-out   processes started at once, each printing 100 lines (seq 1 100): time until all
             are started, until all are closed, and the server's peak RSS meanwhile.
-  idle      the server's RSS after one handshake.
+  idle      the server's RSS after one handshake, its stage server's included (tests/children.py).
   backpressure  a client that stops reading while a process writes 1 GiB: the writer must
             block and the server's RSS stay low.
   local     the floor: a pipe (head | cat) and subprocess.run(["true"]).
@@ -19,7 +19,7 @@ import subprocess
 import time
 from typing import Any
 
-from servers import PeakRss, Server, children, cpu_seconds, rss_mb, written
+from servers import PeakRss, Server, children, cpu_seconds, resident, rss_mb, written
 from wsbench import WsClient, output_bytes, start_params
 
 STREAM_RUNS = 5  # the best of these counts: on a shared 2-core machine best of 3 swung 2x
@@ -39,7 +39,7 @@ def ws_idle(server: Server) -> float:
     client = WsClient(server.url)
     client.handshake()
     time.sleep(0.5)
-    rss = rss_mb([server.pid])
+    rss = rss_mb(resident(server.pid))
     client.close()
     return rss
 
@@ -60,7 +60,7 @@ def ws_latency(server: Server, runs: int) -> list[float]:
 def ws_fanout(server: Server, count: int) -> tuple[float, float, float]:
     client = WsClient(server.url)
     client.handshake()
-    with PeakRss(lambda: [server.pid]) as rss:
+    with PeakRss(lambda: resident(server.pid)) as rss:
         t0 = time.perf_counter()
         ids = {client.request("process/start", start_params(f"f{i}", ["seq", "1", str(LINES)]))
                for i in range(count)}
@@ -111,7 +111,7 @@ def ws_backpressure(server: Server, seconds: float = 5.0) -> dict[str, Any]:
     """A client that stops reading while a process writes 1 GiB."""
     client = WsClient(server.url)
     client.handshake()
-    with PeakRss(lambda: [server.pid]) as rss:
+    with PeakRss(lambda: resident(server.pid)) as rss:
         client.request("process/start", start_params("b", ["head", "-c", str(GIB), "/dev/zero"]))
         time.sleep(seconds)  # not reading a byte meanwhile
         writers = children(server.pid)

@@ -15,6 +15,10 @@ _STAGE_SERVER = b'"""The stage server'
 
 def children(pid: int) -> list[int]:
     """The children of ``pid``, whichever of its threads started them, but the stage server."""
+    return [child for child in _all_children(pid) if not is_stage_server(child)]
+
+
+def _all_children(pid: int) -> list[int]:
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -26,7 +30,7 @@ def children(pid: int) -> list[int]:
                 found += map(int, file.read().split())
         except FileNotFoundError:  # the thread ended meanwhile
             continue
-    return [child for child in found if not is_stage_server(child)]
+    return found
 
 
 def is_stage_server(pid: int) -> bool:
@@ -36,3 +40,9 @@ def is_stage_server(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return len(words) > 4 and words[3] == b"-c" and words[4].startswith(_STAGE_SERVER)
+
+
+def resident(pid: int) -> list[int]:
+    """``pid`` and its stage server, if it has one: the processes whose memory is the server's
+    own while it serves (what its requests start is not)."""
+    return [pid, *(child for child in _all_children(pid) if is_stage_server(child))]

@@ -6,8 +6,10 @@ the sandbox is gone: create `/etc/ld.so.preload` (every later program the server
 load a library of its choosing), write in place to a library the server has mapped or to the
 loader's cache, edit `/etc/nsswitch.conf` (its next name lookup would load a module of the
 sandbox's), add a CA to the trust store `http/request` verifies with, or change the tools the
-cgroup watchdog runs as the server, the locales the stage's interpreter reads. Each must fail
-(`_own_files`, `_loaded`: held read-only, a missing preload list held as an empty directory).
+cgroup watchdog runs as the server, the locales the stage's interpreter reads, or turn a link
+on the way to one (`/lib64` on the way to the loader, `/lib`, a library's `.so.N`). Each must
+fail (`_own_files`, `_loaded`: held read-only, a missing preload list held as an empty
+directory, the links and directories on the way pinned).
 
 The writes tried change nothing even where they succeed (``: >>`` opens for appending and
 writes nothing; a file made is removed at once), so the old code, which let them, leaves the
@@ -248,6 +250,8 @@ def _links_on_the_way(path: str) -> list[str]:
 @needs_bwrap
 def test_no_link_on_the_way_to_the_loader_or_a_library_can_be_turned(
         server: tuple[Client, str, int]) -> None:
+    """Turned, `/lib64` would have the next program the server execs (bubblewrap itself,
+    as root) load the sandbox's loader; `/lib` or `libz.so.1`, the sandbox's library."""
     client, workspace, _ = server
     interpreter = _elf.read(os.path.realpath(shutil.which("bwrap") or "/bin/sh"))
     assert interpreter is not None

@@ -9,9 +9,11 @@ test_sandbox.py and test_mount_race.py try to break each point):
   denied", not missing), shown under an absent root too; there, the host's symlinks that lead
   to what is mounted (`/bin -> usr/bin`) are made again. Every rule's path is resolved through
   symlinks first and the resolved rule narrowed by the floor again, so a symlink planted in a
-  writable root cannot carry a write grant elsewhere. The mounts are made by `_stage`, by
-  descriptor and through no symlink, before bubblewrap runs; bubblewrap takes the staged root
-  whole and makes no mount point of its own in a place the sandbox can write.
+  writable root cannot carry a write grant elsewhere. What the server holds (its own files,
+  what it loads, its secrets) holds at its name too: every link and directory on the way to
+  it that the sandbox could rename or replace is pinned (`_Ways`). The mounts are made by
+  `_stage`, by descriptor and through no symlink, before bubblewrap runs; bubblewrap takes
+  the staged root whole and makes no mount point of its own in a place the sandbox can write.
 - What the policy lets it read it reads, `/tmp` and `/run` included; unix sockets there are
   stopped by the seccomp filter when the network is restricted (`_seccomp`).
 - Its own pid, ipc, uts, cgroup and (unless the policy allows the network) network namespaces;

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from execproto import Policy, SpawnSpec
-from execproto.adapters._processes import _bwrap, _zygote
+from execproto.adapters._processes import _bwrap, _posix, _zygote
 from execproto.policy import PathRule
 
 from .sandboxes import needs_bwrap
@@ -65,3 +65,23 @@ def test_a_link_in_a_writable_workspace_on_the_way_to_a_held_file_holds(
     assert (status, said) == (0, "held\n")
     w = tmp_path / "w"
     assert os.readlink(w / "held") == "real" and (w / "real" / "file").read_text() == "held\n"
+
+
+def test_the_ways_resolve_as_the_kernel_does(tmp_path: Path) -> None:
+    """`_Ways` against realpath: relative and absolute links, `..` after a link, chains, a
+    loop (None: nothing to load), and every link met recorded with its target."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f").write_text("")
+    links = {"up": "a/b/..", "abs": str(tmp_path / "a"), "chain": "abs/b", "via": "chain/../b",
+             "loop": "loop2", "loop2": "loop"}
+    for name, target in links.items():
+        (tmp_path / name).symlink_to(target)
+    ways = _bwrap._Ways(_posix.readlink)
+    for name in ("up/b/f", "abs/b/f", "chain/f", "via/f", "a/b/missing", "abs/missing/x"):
+        path = str(tmp_path / name)
+        assert ways.real(path) == os.path.realpath(path), name
+    assert ways.real(str(tmp_path / "loop" / "f")) is None
+    for name, target in links.items():
+        assert ways.met[str(tmp_path / name)] == target, name
+    assert str(tmp_path / "a") in ways.directories
+

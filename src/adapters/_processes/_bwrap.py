@@ -218,8 +218,10 @@ class _Ways:
         self._links = 0
         try:
             return self._resolved(path)
-        except (PlantedLink, RecursionError):
+        except PlantedLink:
             return None
+        except RecursionError:  # links leading ever deeper: nothing a host has
+            raise CannotEnforce(f"{path} is too deep to resolve") from None
 
     def _resolved(self, path: str) -> str:
         real = self._real.get(path)

@@ -57,8 +57,17 @@ def follow(path: str, readlink: Readlink, writable: Sequence[str] = (),
     """``path`` resolved through every symlink, and the first link on the way that lies in one
     of the ``writable`` places (None: no link did). Each link followed is added to ``hops``
     as (where it is, its target), in order, those before a loop too."""
-    real, planted, links = "/", None, 0
-    todo = list(reversed(path.split("/")))
+    real, planted, links = _walk(path, list(reversed(path.split("/"))), "/", 0, readlink,
+                                 writable, hops)
+    return real, planted
+
+
+def _walk(path: str, todo: list[str], real: str, links: int, readlink: Readlink,
+          writable: Sequence[str] = (), hops: list[tuple[str, str]] | None = None,
+          ) -> tuple[str, str | None, int]:
+    """`follow`'s walk from ``real``, with ``links`` followed so far, through the names of
+    ``todo`` (last first); also returns how many links it has followed then."""
+    planted = None
     while todo:
         name = todo.pop()
         if name in ("", "."):
@@ -81,7 +90,7 @@ def follow(path: str, readlink: Readlink, writable: Sequence[str] = (),
         if target.startswith("/"):
             real = "/"
         todo += reversed(target.split("/"))
-    return real, planted
+    return real, planted, links
 
 
 def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None) -> Policy:
@@ -170,11 +179,30 @@ def _once_each(readlink: Readlink) -> Readlink:
 
 
 def _followed_caps(caps: Iterable[PathRule], readlink: Readlink) -> list[PathRule]:
-    """Each cap at its real path too (it holds both: a cap only takes access away)."""
+    """Each cap at its real path too (it holds both: a cap only takes access away).
+
+    The caps are the server's own files, a hundred paths sharing most of their ancestors:
+    each is walked on from the walk of its longest prefix met before (`follow` is a walk
+    over the names, so the rest of it is the same), not from `/`."""
     found = []
+    # By path: where its walk got to and how many links it followed; None: too many.
+    walked: dict[str, tuple[str, int] | None] = {"": ("/", 0)}
     for cap in caps:
-        try:
-            found.append(PathRule(path=follow(cap.path, readlink)[0], access=cap.access))
-        except PlantedLink:
-            pass  # a loop: nothing lies there to hold, and the name itself is held
+        top, rest = cap.path, []
+        while top not in walked:
+            cut = top.rfind("/")
+            rest.append(top[cut + 1:])
+            top = top[:max(cut, 0)]
+        state = walked[top]
+        for name in reversed(rest):
+            if state is not None:
+                try:
+                    real, _, links = _walk(cap.path, [name], *state, readlink)
+                    state = (real, links)
+                except PlantedLink:
+                    state = None
+            top = f"{top}/{name}"
+            walked[top] = state
+        if state is not None:  # else a loop: nothing lies there to hold, and the name is held
+            found.append(PathRule(path=state[0], access=cap.access))
     return found

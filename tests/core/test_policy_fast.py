@@ -5,7 +5,7 @@ policies, caps and links, a cap list met again (the remembered case) among them.
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from execproto._links import PlantedLink, pinned
@@ -99,3 +99,16 @@ def _outcome(run: object) -> object:
 def test_pinned(policy: Policy, found: dict[str, str], floor: Policy | None) -> None:
     assert (_outcome(lambda: pinned(policy, found.get, floor))
             == _outcome(lambda: plain.pinned(policy, found.get, floor)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(policies(), links(), st.none() | policies())
+def test_read_caps_change_no_read_where_nothing_is_written(
+        policy: Policy, found: dict[str, str], floor: Policy | None) -> None:
+    """What `backends.LocalBackend._visible_program` relies on to leave the read caps out
+    for a policy that writes nowhere: the rules it resolves to are the same without them."""
+    assume(not policy.writable_roots())
+    light = Policy(rules=policy.rules, network=policy.network, deny_globs=policy.deny_globs,
+                   caps=tuple(cap for cap in policy.caps if cap.access != "read"))
+    assert (pinned(light, found.get, floor).narrow(floor).rules
+            == pinned(policy, found.get, floor).narrow(floor).rules)

@@ -339,16 +339,11 @@ class LocalBackend:
         checked on the host, before the sandbox exists, for a clean spawn error; a path the
         policy hides must then fail as if it were absent, or the error would tell whether it
         exists."""
-        policy = request.sandbox
-        assert policy is not None
-        if not policy.writable_roots():
-            # A read cap only takes write away, and nothing is writable here (Codex's
-            # read-only profile): the server's hundred own files change nothing a lookup
-            # reads, and following each through its links was most of this one's cost.
-            policy = attrs.evolve(policy, caps=tuple(
-                cap for cap in policy.caps if cap.access != "read"))
-        try:  # `_beneath.resolved_policy`, reading links within the budget
-            resolved = pinned(policy, budget.readlink, self.floor).narrow(self.floor)
+        assert request.sandbox is not None
+        try:  # `_beneath.resolved_policy`, reading links within the budget; only what may be
+            # read is asked of it (the caps of the server's own files mostly count not)
+            resolved = pinned(request.sandbox, budget.readlink, self.floor,
+                              reading=True).narrow(self.floor)
             scope = Scope((), resolved)
         except PlantedLink as exc:
             raise Refused(f"{CANNOT_ENFORCE}: {exc}") from None

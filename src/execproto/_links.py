@@ -93,10 +93,17 @@ def _walk(path: str, todo: list[str], real: str, links: int, readlink: Readlink,
     return real, planted, links
 
 
-def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None) -> Policy:
+def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None,
+           reading: bool = False) -> Policy:
     """``policy``'s rules at their real paths, a planted link followed only as far as the
     module's docstring says (raises `PlantedLink` where a write grant would leave). Not
-    narrowed by ``floor``: the caller does that, once it knows which paths exist."""
+    narrowed by ``floor``: the caller does that, once it knows which paths exist.
+
+    ``reading``: the caller asks the result only what may be read (a program's lookup).
+    The caps that hold to read then count only where they change that: where a planted
+    link's rule is kept or not by whether its target is writable. Elsewhere they only take
+    write away, and following each of the server's own files through its links would be
+    most of the cost. What is raised is the same either way."""
     readlink = _once_each(readlink)
     writable = _writable(policy, readlink, floor)
     followed = []
@@ -107,7 +114,11 @@ def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None) -> P
             if rule.access == "write":
                 raise
             # A loop: nothing lies there to show or to hide, and a grant cannot go there.
-    caps = [*policy.caps, *_followed_caps(policy.caps, readlink)]
+    held = policy.caps
+    if reading and not (any(planted is not None for _, _, planted in followed) and any(
+            rule.access == "write" for rule, _, planted in followed if planted is None)):
+        held = tuple(cap for cap in held if cap.access != "read")
+    caps = [*held, *_followed_caps(held, readlink)]
     trusted = Policy.of([PathRule(path=real, access=rule.access)
                          for rule, real, planted in followed if planted is None], policy.network,
                         caps=caps)
@@ -196,11 +207,16 @@ def _followed_caps(caps: Iterable[PathRule], readlink: Readlink) -> list[PathRul
         state = walked[top]
         for name in reversed(rest):
             if state is not None:
-                try:
-                    real, _, links = _walk(cap.path, [name], *state, readlink)
-                    state = (real, links)
-                except PlantedLink:
-                    state = None
+                real, links = state
+                here = ("" if real == "/" else real) + "/" + name
+                if name not in ("", ".", "..") and readlink(here) is None:
+                    state = (here, links)  # no link: `_walk`'s step, without the call
+                else:
+                    try:
+                        real, _, links = _walk(cap.path, [name], real, links, readlink)
+                        state = (real, links)
+                    except PlantedLink:
+                        state = None
             top = f"{top}/{name}"
             walked[top] = state
         if state is not None:  # else a loop: nothing lies there to hold, and the name is held

@@ -105,10 +105,39 @@ def test_pinned(policy: Policy, found: dict[str, str], floor: Policy | None) -> 
 @given(policies(), links(), st.none() | policies())
 def test_read_caps_change_no_read_where_nothing_is_written(
         policy: Policy, found: dict[str, str], floor: Policy | None) -> None:
-    """What `backends.LocalBackend._visible_program` relies on to leave the read caps out
-    for a policy that writes nowhere: the rules it resolves to are the same without them."""
+    """What `pinned(reading=True)` relies on for a policy that writes nowhere (Codex's
+    read-only profile): the rules it resolves to are the same without the read caps."""
     assume(not policy.writable_roots())
     light = Policy(rules=policy.rules, network=policy.network, deny_globs=policy.deny_globs,
                    caps=tuple(cap for cap in policy.caps if cap.access != "read"))
     assert (pinned(light, found.get, floor).narrow(floor).rules
             == pinned(policy, found.get, floor).narrow(floor).rules)
+
+
+@settings(max_examples=400, deadline=None)
+@given(policies(), links(), st.none() | policies(), st.lists(paths(), max_size=4))
+def test_pinned_for_reading(policy: Policy, found: dict[str, str], floor: Policy | None,
+                            probes: list[str]) -> None:
+    """`pinned(reading=True)` (a program's lookup) raises as the plain one does, and what
+    may be read is the same at every path either names (and at a few others)."""
+    fast = _outcome(lambda: pinned(policy, found.get, floor, reading=True).narrow(floor))
+    slow = _outcome(lambda: plain.narrow_policies(plain.pinned(policy, found.get, floor), floor))
+    if isinstance(slow, tuple) or isinstance(fast, tuple):
+        assert fast == slow
+        return
+    assert isinstance(fast, Policy) and isinstance(slow, Policy)
+    named = {rule.path for rule in (*fast.rules, *slow.rules, *fast.caps, *slow.caps)}
+    for path in sorted(named | {plain.normalize("/" + probe) for probe in probes}):
+        assert fast.can_read(path) == slow.can_read(path), path
+
+
+def test_pinned_for_reading_keeps_the_caps_a_planted_link_meets() -> None:
+    """A denial through a link planted in the workspace is kept only where its target is
+    writable: a read cap whose real path is there drops it (the target reads as the
+    workspace does), so `reading` must not leave that cap out."""
+    policy = Policy.of([PathRule(path="/", access="read"), PathRule(path="/w", access="write"),
+                        PathRule(path="/w/l", access="none")], False,
+                       caps=[PathRule(path="/c", access="read")])
+    found = {"/w/l": "/w/t", "/c": "/w/t"}
+    fast = pinned(policy, found.get, reading=True)
+    assert fast.can_read("/w/t") == plain.pinned(policy, found.get).can_read("/w/t") is True

@@ -27,11 +27,13 @@ NOT_FOR_SERVING = (
 )
 # Nor what only some requests need, imported at the first of them: the managed proxy's room,
 # http/request's and forwarding's rooms and parameters, a trace's recorder, the host's skills,
-# TOML (environmentConfig/read) and fs/copy.
+# TOML (environmentConfig/read), fs/copy and the shell snapshots' room; nor `uuid` (a session's
+# id is made from os.urandom).
 NOT_UNTIL_ASKED = (
     "execproto.adapters._proxy._room", "execproto.adapters._http._http_calls",
     "execproto.adapters._forward._streams", "execproto._forward_params", "execproto._trace",
     "execproto.adapters._files._skills", "execproto.adapters._files._copy", "tomllib",
+    "execproto.adapters._processes._snapshots", "uuid",
 )
 # serve on stdio with stdin at its end: it starts, answers nothing, and stops.
 SERVE_AND_LIST = (

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -50,7 +50,9 @@ from .._proxy import ProxyRoom
 from .._shares import Shares
 from ..backends import Backend, Refused
 from . import _cgroups, _posix
-from ._snapshots import Snapshots
+
+if TYPE_CHECKING:
+    from ._snapshots import Snapshots
 
 log = logging.getLogger("execproto")
 
@@ -131,8 +133,17 @@ class Children:
         # Each process's managed network proxy (`SpawnSpec.proxy`): its listeners, served
         # from its spawn to its finalize, asking the core about every connection.
         self.proxy = ProxyRoom(loop, self._ask_proxy)
-        # The shell snapshots' captures, and the few kept (`SpawnSpec.snapshot`).
-        self.snapshots = Snapshots(loop, self)
+        # The shell snapshots' captures, and the few kept (`SpawnSpec.snapshot`): made, and
+        # its module loaded, at the first start that asks for one (`snapshots`).
+        self._snapshots: Snapshots | None = None
+
+    @property
+    def snapshots(self) -> Snapshots:
+        if self._snapshots is None:
+            from ._snapshots import Snapshots  # (~2 ms) not at every start
+
+            self._snapshots = Snapshots(self.loop, self)
+        return self._snapshots
 
     def _running(self, proc: int) -> tuple[Record, _posix.Child]:
         record = self._records[proc]
@@ -498,7 +509,8 @@ class Children:
         it at once, and what blocks (waiting for a holder to exit) runs off the owner, after
         the session's starts still being prepared (its share runs them in turn). Most
         sessions kept nothing, and wake no worker."""
-        self.snapshots.forget(action.session_id)
+        if self._snapshots is not None:
+            self._snapshots.forget(action.session_id)
         end = getattr(self.backend, "end_session", None)
         rest = end(action.session_id) if end is not None else None
         if rest is None:
@@ -517,12 +529,14 @@ class Children:
 
     def stopping(self) -> None:
         """The server stops: a shell snapshot's capture must not hold the stop for its time."""
-        self.snapshots.stop_all()
+        if self._snapshots is not None:
+            self._snapshots.stop_all()
 
     def kill_all(self) -> None:
         """The core failed: nothing it started may outlive it. Every process group is killed
         and reaped, and every backend token finalized as failed."""
-        self.snapshots.kill_all()
+        if self._snapshots is not None:
+            self._snapshots.kill_all()
         self.proxy.close_all()
         for proc, record in list(self._records.items()):
             if record.child is None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import time
-import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from enum import Enum
@@ -360,7 +360,7 @@ class Peer:
         log.debug("connection %d opened: %s", self.conn, label)
         self.connections.add(self)
         address = label.removeprefix("websocket ").rpartition(":")[0]  # of "IP:PORT"; stdio: ""
-        self.connections.feed(ConnectionOpened(conn=self.conn, session_id=str(uuid.uuid4()),
+        self.connections.feed(ConnectionOpened(conn=self.conn, session_id=_uuid4(),
                                                label=label, peer=address))
 
     def lost(self) -> None:
@@ -696,3 +696,13 @@ class StdioPeer(Peer):
     def close(self, code: int, reason: str) -> None:
         self._close_starts()
         self.hang_up()
+
+
+def _uuid4() -> str:
+    """A random (version 4) UUID as text, as ``str(uuid.uuid4())`` writes it, without
+    importing `uuid` (and its C part) at every start."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # the version, 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the variant, RFC 4122's
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"

@@ -15,6 +15,9 @@ from ._records import Record
 
 
 def _paths(paths: Iterable[str]) -> tuple[str, ...]:
+    # A function of ours, not ``tuple`` itself: attrs reads a converter's signature, and a
+    # builtin's is parsed from text by `tokenize`, whose regular expressions took ~5 ms of
+    # every server's start to compile.
     return tuple(paths)
 
 
@@ -88,7 +91,7 @@ class Config(Record):
     # `--path-prepend`, absolute paths): announced as `prependPathDirs` in the environment info,
     # and put before the server's own PATH where an env policy inherits it, as the reference does
     # with its own (see `inherited_environment`).
-    path_prepend: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # a list from a trace
+    path_prepend: tuple[str, ...] = attrs.field(default=(), converter=_paths)  # a list from a trace
     # Port forwarding (``forward/open``): streams open at once, per session and for the whole
     # server, so one session's flood cannot take every descriptor and turn from the others; and
     # whether a session whose sandboxes get no network of their own may reach the server host's

@@ -55,6 +55,22 @@ def test_serving_loads_nothing_of_the_client_or_the_other_adapters() -> None:
     assert [name for name in NOT_UNTIL_ASKED if name in loaded] == []
 
 
+# attrs reads each converter's signature: a builtin's is parsed from its text by `tokenize`,
+# whose regular expressions take ~5 ms to compile. No class of a start may have one.
+SERVE_THEN_TOKENIZE = (
+    "import sys, tokenize\n"
+    "from execproto.adapters import cli\n"
+    "status = cli.main(['serve', '--listen', 'stdio', '--log-level', 'warning'])\n"
+    "print(status, tokenize._compile.cache_info().currsize)\n"
+)
+
+
+def test_serving_compiles_no_tokenizer() -> None:
+    done = subprocess.run([sys.executable, "-c", SERVE_THEN_TOKENIZE], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["0", "0"], done.stderr
+
+
 # Through the console script's entry, which stops the cyclic collector for the start.
 SERVE_THEN_COLLECTOR = (
     "import gc, sys\n"

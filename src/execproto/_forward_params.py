@@ -25,27 +25,27 @@ MAX_WRITE_BACKLOG = 4 << 20
 MAX_WRITE_TOTAL = 64 << 20
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, eq=False)
 class OpenParams(Record):
     host: str  # an IP address, as the adapter connects to it
     port: int
     session_id: str | None  # whose network (None: the caller's own session)
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, eq=False)
 class WriteParams(Record):
     stream_id: int
     data: bytes
     eof: bool
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, eq=False)
 class AckParams(Record):
     stream_id: int
     seq: int
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, eq=False)
 class CloseParams(Record):
     stream_id: int
 

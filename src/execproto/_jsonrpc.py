@@ -25,7 +25,7 @@ UNKNOWN_ID = -1
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, eq=False)
 class Incoming(Record):
     """A request (``id`` set) or a notification (``id`` None)."""
 
@@ -34,14 +34,14 @@ class Incoming(Record):
     id: Id | None
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, eq=False)
 class Malformed(Record):
     """A frame that is not a message; answered with id -1 and ``detail`` in the message."""
 
     detail: str
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, eq=False)
 class ClientResponse(Record):
     """A response from the client, to one of the server's requests (``network/policyRequest``)
     or to nothing: ``result`` as sent, or ``error`` (the error object) if it failed."""

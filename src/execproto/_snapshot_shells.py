@@ -115,7 +115,7 @@ _SH = (
 )
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, eq=False)
 class Shell(Record):
     capture: str  # the script a capture runs after the profile
     flag: str  # a replay's, in place of -lc
@@ -129,7 +129,7 @@ SHELLS: dict[str, Shell] = {
 }
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False)
 class Captured(Record):
     """What a capture gave: the state, as shell source, and the exported environment."""
 

@@ -24,7 +24,7 @@ from ._timers import Timers
 from .actions import Action, Send
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, eq=False)
 class PendingAsk(Record):
     """A question the client's decider was asked (``network/policyRequest``), unanswered."""
 

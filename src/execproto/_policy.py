@@ -86,18 +86,18 @@ class Policy(Record):
         """A policy from rules in any order; of two rules for one path the lesser wins, and
         every path not beneath a rule is denied (an explicit `/` none rule is added). Each of
         ``caps`` holds its path and everything beneath it to at most its access."""
-        by_path: dict[str, PathRule] = {}
-        for rule in rules:
-            rule = _normalized(rule)
-            old = by_path.get(rule.path)
-            if old is None or _weaker(rule, old):
-                by_path[rule.path] = rule
-        by_path.setdefault("/", PathRule(path="/", access="none"))
+        by_path = _by_path(rules)
         caps = tuple(caps)
         if not caps:
             return cls(rules=_sorted(by_path.values()), network=network,
                        deny_globs=tuple(deny_globs))
         held = _caps(tuple([cap.path for cap in caps]), tuple([cap.access for cap in caps]))
+        return cls._held_to(by_path, network, deny_globs, held)
+
+    @classmethod
+    def _held_to(cls, by_path: dict[str, PathRule], network: bool, deny_globs: Iterable[str],
+                 held: _Caps) -> Policy:
+        """`of`'s end: the rules ``by_path`` (one a path, `/` among them) held to ``held``."""
         index = dict(by_path)
         for path, cap in held.placed(index):  # the cap's path gets what was there, held to it
             there = deepest(index, path)
@@ -145,13 +145,30 @@ class Policy(Record):
 
     def capped(self, paths: Iterable[str], access: str) -> Policy:
         """This policy with each of ``paths`` and everything beneath it held to ``access``."""
-        caps = [PathRule(path=path, access=access) for path in paths]
-        if not caps:
+        paths = tuple(paths)
+        if not paths:
             return self
-        return Policy.of(self.rules, self.network, self.deny_globs, caps=[*self.caps, *caps])
+        # The caps as `of` remembers them, with no rule made for each (the server's own
+        # files are a hundred, the same at every start).
+        held = _caps((*[cap.path for cap in self.caps], *paths),
+                     (*[cap.access for cap in self.caps], *(access,) * len(paths)))
+        return Policy._held_to(_by_path(self.rules), self.network, self.deny_globs, held)
 
     def writable_roots(self) -> tuple[str, ...]:
         return tuple(rule.path for rule in self.rules if rule.access == "write")
+
+
+def _by_path(rules: Iterable[PathRule]) -> dict[str, PathRule]:
+    """The rules by normalized path, the lesser of two for one path, and `/` denied if no
+    rule is there."""
+    by_path: dict[str, PathRule] = {}
+    for rule in rules:
+        rule = _normalized(rule)
+        old = by_path.get(rule.path)
+        if old is None or _weaker(rule, old):
+            by_path[rule.path] = rule
+    by_path.setdefault("/", PathRule(path="/", access="none"))
+    return by_path
 
 
 def _normalized(rule: PathRule) -> PathRule:

@@ -141,3 +141,12 @@ def test_pinned_for_reading_keeps_the_caps_a_planted_link_meets() -> None:
     found = {"/w/l": "/w/t", "/c": "/w/t"}
     fast = pinned(policy, found.get, reading=True)
     assert fast.can_read("/w/t") == plain.pinned(policy, found.get).can_read("/w/t") is True
+
+
+@settings(max_examples=300, deadline=None)
+@given(rules(), st.booleans(), caps, st.lists(paths(), max_size=4), ACCESS)
+def test_capped_as_made_by_hand(made: list[PathRule], network: bool, held: list[PathRule],
+                                more: list[str], access: str) -> None:
+    """`capped` on a policy made without `of` (rules unsorted, un-normal, no root rule)."""
+    policy = Policy(rules=tuple(made), network=network, caps=tuple(held))
+    assert policy.capped(more, access) == plain.capped(policy, more, access)

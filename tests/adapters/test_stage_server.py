@@ -251,7 +251,7 @@ def test_a_malformed_request_is_refused_and_the_stage_server_goes_on(
         assert said.startswith(b"ok ") and len(got) == 1, said
         with gate:
             gate.settimeout(10)
-            assert gate.recv(64) == b"22 body", body
+            assert gate.recv(64) == said[3:] + b" 22 body", body  # its pid, then why
         os.waitid(os.P_PIDFD, got[0], os.WEXITED)
         os.close(got[0])
     assert zygote.pid == pid, "the stage server was started again"
@@ -272,7 +272,7 @@ def test_a_child_whose_start_the_server_did_not_confirm_does_nothing(
             os.close(fd)
     assert said.startswith(b"ok "), said
     gate.settimeout(10)
-    assert gate.recv(64) == b"ok"  # set up, waiting
+    assert gate.recv(64) == said[3:] + b" ok"  # set up, waiting
     gate.close()  # as the server does when it lost the answer
     info = os.waitid(os.P_PIDFD, got[0], os.WEXITED)
     os.close(got[0])
@@ -312,6 +312,53 @@ def test_a_stage_server_that_keeps_dying_is_started_a_bounded_number_of_times(
     # Once the window has passed, it is started again.
     time.sleep(max(0.0, began + 8.5 - time.monotonic()))
     assert finish(zygote.spawn(spec("/bin/true"), (), ()))[0] == 0
+
+
+def _losing(zygote: _zygote.Zygote, monkeypatch: pytest.MonkeyPatch, cloned: bool
+            ) -> list[int]:
+    """Its first exchange lost, the stage server killed: after the clone and its answer (which
+    the server then never read: its pidfd closed), or before the request. The lost child's
+    pid, if one was cloned, is put in the list returned."""
+    lost: list[int] = []
+    ask = zygote._ask
+
+    def losing(fds: list[int], cgroup: bool) -> tuple[int, int]:
+        zygote._ask = ask  # type: ignore[method-assign]  # the retry's exchange is real
+        if cloned:
+            pid, pidfd = ask(fds, cgroup)
+            os.close(pidfd)
+            lost.append(pid)
+        link = zygote._link
+        assert link is not None
+        zygote._lose(link)
+        raise _zygote.Lost
+
+    monkeypatch.setattr(zygote, "_ask", losing)
+    return lost
+
+
+def test_a_child_cloned_for_a_lost_exchange_does_nothing_and_is_reaped(
+        zygote: _zygote.Zygote, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert finish(zygote.spawn(spec("/bin/true"), (), ()))[0] == 0
+    lost = _losing(zygote, monkeypatch, cloned=True)
+    status, said = finish(zygote.spawn(spec("/bin/sh", "-c", f"echo ran >> {tmp_path}/ran"),
+                                       (), ()))
+    assert (status, said) == (0, b""), said
+    assert (tmp_path / "ran").read_text() == "ran\n"  # once: the lost child did nothing
+    assert len(lost) == 1 and not Path(f"/proc/{lost[0]}").exists(), lost  # no zombie
+
+
+def test_a_start_lost_before_any_clone_is_tried_again_at_once(
+        zygote: _zygote.Zygote, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate's end, not a set-up's wait, says that no child was cloned."""
+    assert finish(zygote.spawn(spec("/bin/true"), (), ()))[0] == 0
+    monkeypatch.setattr(_zygote, "SETUP_WAIT", 30.0)
+    lost = _losing(zygote, monkeypatch, cloned=False)
+    began = time.monotonic()
+    child = zygote.spawn(spec("/bin/true"), (), ())
+    took = time.monotonic() - began
+    assert finish(child)[0] == 0 and lost == []
+    assert took < 15, took
 
 
 DYING_SERVER = textwrap.dedent("""
@@ -504,7 +551,7 @@ def test_a_child_not_born_there_joins_its_cgroup_by_itself(zygote: _zygote.Zygot
     pid = int(said[3:])
     with gate:
         gate.settimeout(10)
-        assert gate.recv(64) == b"ok"  # set up
+        assert gate.recv(64) == said[3:] + b" ok"  # set up
         gate.send(b"g")
     child = Child(pid, got[0], {}, None)
     try:

@@ -24,12 +24,13 @@ its own (its terminal's when it has one), joins its cgroup if it was not born th
 ``cgroup.procs`` beneath the directory's descriptor: where clone3 is filtered), puts its
 stdio and inherited descriptors at their numbers and closes every other, and enters its cwd:
 nothing that outlives it, done while the zygote answers. A failure up to there is written on
-the gate (``ERRNO STEP``) and is the spawn's failure; else it writes ``ok`` and waits for the
-server's word: a server that did not get the answer (the zygote killed meanwhile) closes the
-gate, and the child exits having done nothing more. Then it builds the sandbox's root when
-the body has a plan (`_stage.build`, unchanged), or joins a fresh session keyring, and execs
-the program (bubblewrap): a failure from there on is the process's, said on its stderr (exit
-1 for the sandbox, as the stage's, and 127 for an exec).
+the gate (``PID ERRNO STEP``) and is the spawn's failure; else it writes ``PID ok`` and waits
+for the server's word: a server that did not get the answer (the zygote killed meanwhile)
+closes the gate, and the child exits having done nothing more, reaped by the server, which
+learnt its pid from that word (it is the server's child, and no answer named it). Then it
+builds the sandbox's root when the body has a plan (`_stage.build`, unchanged), or joins a
+fresh session keyring, and execs the program (bubblewrap): a failure from there on is the
+process's, said on its stderr (exit 1 for the sandbox, as the stage's, and 127 for an exec).
 
 The body is NUL-separated fields: the cwd, ``1`` for a terminal, the plan's descriptor number
 (or nothing), ``1`` if a cgroup descriptor is sent, the count of inherited descriptors and their
@@ -183,14 +184,16 @@ def child(fds: list[int], server: int, stage: types.ModuleType, inside: bool) ->
         if os.getppid() != server:
             os._exit(1)  # the server died before the parent-death signal was set
         gate = fds[GATE]
+        me = os.getpid()  # in each word: a server that lost the answer reaps it by this
         setup = None
         try:  # nothing here that outlives it: done while the zygote answers
             setup = Setup(fds)
             setup.run(inside)
         except Refused as exc:
-            os.write(gate if setup is None else setup.gate, f"{exc.code} {exc.step}".encode())
+            os.write(gate if setup is None else setup.gate,
+                     f"{me} {exc.code} {exc.step}".encode())
             os._exit(127)
-        os.write(setup.gate, b"ok")
+        os.write(setup.gate, f"{me} ok".encode())
         if os.read(setup.gate, 1) != b"g":
             os._exit(1)  # the server never got the answer: nothing more is done
         os.close(setup.gate)

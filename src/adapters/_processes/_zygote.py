@@ -13,10 +13,11 @@ bubblewrap (`_forker` says how, and why it is as safe).
   of that same thread.
 - It dies with the server: its parent-death signal, and the end of its socket.
 - When it dies it is started again at the next start, at most `MAX_STARTS` times a minute; a
-  start whose exchange it did not finish is tried once more, with a new gate: a child cloned
-  for the lost one waits for a word on its old gate that never comes, and exits having done
-  nothing (it stays a zombie of the server, whose pid the server never learnt: one at most
-  per stage server lost mid-start).
+  start whose exchange it did not finish is tried once more, with a new gate. A child may
+  have been cloned for the lost one: it is the server's child, and no answer named it. Its
+  word on the old gate does (``PID ok``): the server then closes that gate, the child exits
+  having done nothing, and the server reaps it. No word, only the gate's end, means none was
+  cloned: the dead stage server held the only other end.
 
 A command for it is an argv whose first word is `_posix.STAGED` (no program's name can hold
 a NUL), then the plan's descriptor number (or nothing: bubblewrap takes `/` itself), then the
@@ -246,23 +247,22 @@ class Zygote:
         """The exchange and the child's set-up; tried once more if the stage server was lost."""
         for attempt in (1, 2):
             gate, their_gate = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            memfd = _memfd(body)
-            try:
-                with gate:
-                    try:
-                        pid, pidfd = self._ask([memfd, their_gate.fileno(), *sent, *pass_fds],
-                                               cgroup)
-                    except Lost:
-                        if attempt == 2:
-                            raise OSError(errno.EIO, "the sandbox's stage server ended during "
-                                          "the start") from None
-                        continue
-                    finally:
-                        their_gate.close()
-                        os.close(memfd)
-                    return pid, _go(gate, pidfd)
-            finally:
-                their_gate.close()
+            with gate:
+                try:
+                    with their_gate:  # closed before a lost start's gate is read (_forget)
+                        memfd = _memfd(body)
+                        try:
+                            pid, pidfd = self._ask(
+                                [memfd, their_gate.fileno(), *sent, *pass_fds], cgroup)
+                        finally:
+                            os.close(memfd)
+                except Lost:
+                    _forget(gate)
+                    if attempt == 2:
+                        raise OSError(errno.EIO, "the sandbox's stage server ended during "
+                                      "the start") from None
+                    continue
+                return pid, _go(gate, pidfd)
         raise AssertionError("unreachable")
 
 
@@ -271,7 +271,7 @@ def _go(gate: socket.socket, pidfd: int) -> int:
     failure."""
     try:
         gate.settimeout(SETUP_WAIT)
-        said = gate.recv(64)
+        said = gate.recv(64).partition(b" ")[2]  # after its pid, which the answer gave
         if said == b"ok":
             gate.send(b"g")
     except OSError:  # it died (its status says how), or is slow: started as far as we know
@@ -285,6 +285,26 @@ def _go(gate: socket.socket, pidfd: int) -> int:
         raise not_found_as(code)
     raise OSError(code, f"the sandbox's process could not be set up ({step}): "
                   f"{os.strerror(code)}")
+
+
+def _forget(gate: socket.socket) -> None:
+    """A lost start's child, if one was cloned: told to do nothing (its gate closed), and
+    reaped, by the pid its word gives (the server's child, which nothing else reaps). It is
+    left, a zombie, only if its word is slower than a set-up may take, or if something outside
+    the server kills it before it says it (then its gate ends as if none had been cloned)."""
+    try:
+        gate.settimeout(SETUP_WAIT)
+        said = gate.recv(64)
+    except OSError:
+        return
+    gate.close()
+    pid = said.partition(b" ")[0]
+    if not pid.isdigit():
+        return  # b"": none was cloned
+    try:
+        os.waitpid(int(pid), 0)
+    except ChildProcessError:
+        pass
 
 
 def _kill(pidfd: int) -> None:

@@ -13,9 +13,11 @@ from bisect import bisect_right
 
 import attrs
 
+from ._records import Record
 
-@attrs.frozen
-class Chunk:
+
+@attrs.frozen(repr=False, eq=False)
+class Chunk(Record):
     seq: int
     stream: str
     data: bytes

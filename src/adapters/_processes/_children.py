@@ -81,7 +81,7 @@ END_OF_TERMINAL_INPUT = b"\x04"
 CLIENTS_SPAWN_FAILURES = ("spawnNotFound", "spawnPermissionDenied")
 
 
-@attrs.define
+@attrs.define(eq=False)  # never compared: an equality attrs would compile at every start
 class Record:
     """One process the backend prepared: owed exactly one finalize of its ``token``; with a
     ``child`` once it runs, until it is finalized."""

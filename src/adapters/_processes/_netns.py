@@ -46,7 +46,7 @@ table ip execproto {{
 """
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)  # never compared: an equality attrs would compile at every start
 class Tools:
     """What the transparent proxy needs on this host, found at the server's start."""
 

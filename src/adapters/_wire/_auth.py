@@ -23,7 +23,9 @@ from collections.abc import Callable
 import attrs
 
 
-@attrs.frozen
+# Never compared (checked with `isinstance`, answered from its fields): no equality, whose
+# methods attrs would compile at every server's start.
+@attrs.frozen(eq=False)
 class Refusal:
     why: str  # for the log: names the reason, never the token
     body: bytes  # the 401's body, one line

@@ -99,7 +99,7 @@ class Acceptor:
             self._sock.close()
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)  # never compared (see `_auth.Refusal`)
 class Listen:
     stdio: bool
     host: str = ""

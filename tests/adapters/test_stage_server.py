@@ -114,6 +114,28 @@ def memfd(data: bytes, at_least: int = 0) -> int:
 
 # -- what a child gets ---------------------------------------------------------------------------
 
+def test_a_child_ignores_no_signal_the_server_was_started_ignoring(
+        zygote: _zygote.Zygote) -> None:
+    # A server started by nohup, or by a harness ignoring some signal (one run of the suite had
+    # glibc's signal 32 ignored): the stage server inherits that, and a program would too.
+    ignored = (signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM)
+    before = {number: signal.signal(number, signal.SIG_IGN) for number in ignored}
+    try:
+        child = zygote.spawn(spec("/bin/sleep", "30"), (), ())  # the stage server starts now
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+    try:
+        assert zygote.pid is not None
+        assert int(status_field(zygote.pid, "SigIgn"), 16) & (1 << (signal.SIGHUP - 1))
+        assert eventually(lambda: _execed(child.pid, b"/bin/sleep")
+                          and stat_fields(child.pid)[0] == "S")
+        assert int(status_field(child.pid, "SigIgn"), 16) == 0
+    finally:
+        child.signal_group("KILL")
+        child.reap()
+
+
 def test_a_child_has_its_stdio_and_its_descriptors_at_their_numbers_and_nothing_else(
         zygote: _zygote.Zygote) -> None:
     low, high = memfd(b"low"), memfd(b"high", at_least=47)

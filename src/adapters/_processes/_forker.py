@@ -73,6 +73,15 @@ MAX_FDS = 64
 MAX_FD = 0xFFFFFFFF  # close_range's "to the last one"
 # Signals the interpreter changed from a fresh process's (Python ignores these two).
 RESTORED = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)
+SYS_RT_SIGACTION = {"x86_64": 13, "aarch64": 134}.get(os.uname().machine)
+SIGNALS = 64  # the kernel's, glibc's own two (32, 33) among them
+
+
+class _KernelSigaction(ctypes.Structure):
+    """The kernel's `struct sigaction` (with its restorer, as on x86_64 and arm64); all zero
+    is SIG_DFL, no flags, nothing blocked."""
+    _fields_ = [("handler", ctypes.c_void_p), ("flags", ctypes.c_ulong),
+                ("restorer", ctypes.c_void_p), ("mask", ctypes.c_uint64)]
 
 
 class Refused(Exception):
@@ -230,6 +239,7 @@ class Setup:
         """``inside``: born in its cgroup already."""
         for number in RESTORED:
             signal.signal(number, signal.SIG_DFL)
+        _default_signals()
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         with _step("setsid"):
             os.setsid()
@@ -269,6 +279,19 @@ def run(argv: list[str], env: dict[str, str], plan: int | None,
     except OSError as exc:
         os.write(2, f"execproto: {argv[0]}: {exc.strerror}\n".encode(errors="replace"))
         os._exit(127)
+
+
+def _default_signals() -> None:
+    """Every signal as a fresh process has it. A handled one ends at the exec anyway, but one
+    the server was started ignoring (nohup's SIGHUP, a harness's) would stay ignored in the
+    program. By the system call, as glibc's `sigaction` refuses its own two."""
+    if SYS_RT_SIGACTION is None:
+        return
+    default = _KernelSigaction()
+    for number in range(1, SIGNALS + 1):
+        if number not in (signal.SIGKILL, signal.SIGSTOP):
+            _LIBC.syscall(ctypes.c_long(SYS_RT_SIGACTION), ctypes.c_long(number),
+                          ctypes.byref(default), None, ctypes.c_size_t(8))
 
 
 class _step:

@@ -74,26 +74,41 @@ def p95(values: list[float]) -> float:
     return sorted(values)[int(len(values) * 0.95) - 1]
 
 
-def measure_ws(starts: dict[str, Callable[[], Server]], size: int,
-               runs: int) -> dict[str, dict[str, Any]]:
+def measure_ws(starts: dict[str, Callable[[], Server]], size: int, runs: int,
+               notes: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Every exec-server's figures. They run side by side; each is measured alone in turn, and
     the streams take turns (server after server, three rounds), so that a change in the
-    machine's load falls on all of them alike."""
+    machine's load falls on all of them alike. A server a workload fails on (a hang past the
+    client's timeout, a refusal) is left out of the run with a note, and the others go on."""
     servers = {}
+    found = {}
+    streams: dict[str, list[tuple[float, float, float]]] = {}
+
+    def leave_out(name: str, exc: Exception) -> None:
+        (notes if notes is not None else []).append(
+            f"{name}: left out of this run, a workload failed ({exc!r})")
+        servers.pop(name).stop()
+        found.pop(name, None)
+
     try:
         for name, start in starts.items():
             servers[name] = start()
-        found = {}
-        for name, server in servers.items():
+        for name, server in list(servers.items()):
             print(f"measuring {name} ...", file=sys.stderr)
-            idle = ws_idle(server)
-            lat = ws_latency(server, runs)
-            found[name] = (idle, lat, ws_fanout(server, runs))
+            try:
+                idle = ws_idle(server)
+                lat = ws_latency(server, runs)
+                found[name] = (idle, lat, ws_fanout(server, runs))
+            except (OSError, RuntimeError) as exc:  # a timeout is an OSError
+                leave_out(name, exc)
         print("measuring the streams, in turns ...", file=sys.stderr)
-        streams: dict[str, list[tuple[float, float, float]]] = {name: [] for name in servers}
+        streams = {name: [] for name in servers}
         for _ in range(STREAM_RUNS):
-            for name, server in servers.items():
-                streams[name].append(ws_stream(server, size))
+            for name, server in list(servers.items()):
+                try:
+                    streams[name].append(ws_stream(server, size))
+                except (OSError, RuntimeError) as exc:
+                    leave_out(name, exc)
     finally:
         for server in servers.values():
             server.stop()
@@ -127,7 +142,7 @@ def unsandboxed(adapters: list[str], python: str, size: int, runs: int,
     starts = {f"execproto-{adapter}": execproto(adapter, python) for adapter in adapters}
     if REFERENCE:
         starts["reference"] = reference(REFERENCE)
-    results = measure_ws(starts, size, runs)
+    results = measure_ws(starts, size, runs, notes)
     sshd = shutil.which("sshd")
     if sshd is None and os.access("/usr/sbin/sshd", os.X_OK):
         sshd = "/usr/sbin/sshd"

@@ -145,3 +145,28 @@ def test_the_table_shows_each_figure_beside_the_reference_and_the_floor() -> Non
     assert "(2 runs)" in both[-1]
     assert table[-1] == ("Measured by `bench/compare.py --table` on now, 2 cores; the 1-minute "
                          "load average from 1.00 to 2.00 before and after each run.")
+
+
+class _Gone:
+    """A server that refuses every connection: what a hung or dead exec-server looks like to
+    the measuring client."""
+
+    name = "gone"
+    url = "ws://127.0.0.1:9"  # discard: nothing listens there
+    pid = 0
+    stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_a_server_a_workload_fails_on_is_left_out_with_a_note_and_the_others_measured() -> None:
+    compare = _bench("compare")
+    gone = _Gone()
+    notes: list[str] = []
+    found = compare.measure_ws({"gone": lambda: gone, "execproto": servers.execproto("asyncio")},
+                               1 << 16, 3, notes)
+    assert list(found) == ["execproto"]
+    assert found["execproto"]["latency_median_ms"] > 0
+    assert gone.stopped
+    assert len(notes) == 1 and notes[0].startswith("gone: left out of this run"), notes

@@ -90,6 +90,16 @@ class Shares:
                 return owner, work, done
         return None
 
+    def _delivered(self, owner: Hashable, done: Done, result: Any) -> None:
+        try:
+            done(result)
+        finally:
+            with self._lock:
+                self._running[owner] -= 1
+                if not self._running[owner]:
+                    del self._running[owner]
+                self._lock.notify()
+
     def _run(self) -> None:
         while True:
             with self._lock:
@@ -106,12 +116,11 @@ class Shares:
                 result = work()
             except Exception as exc:  # a bug in the work: its `done` says so
                 result = exc
-            with self._lock:
-                self._running[owner] -= 1
-                if not self._running[owner]:
-                    del self._running[owner]
-                self._lock.notify()
-            self._post(partial(done, result))
+            # The call's place in its owner's share is given back only once its answer has
+            # reached the owner: until then another of its calls could start before the
+            # answer is queued, seen past the high water and the owner held (under load, up
+            # to twice the share's answers were made for a client that read none).
+            self._post(partial(self._delivered, owner, done, result))
             # Not kept while waiting for the next: a walk's answer is 15 MB, and eight idle
             # threads each holding their last one kept 120 MB alive.
             del taken, work, done, result

@@ -133,3 +133,26 @@ def test_calls_queued_at_once_each_get_a_thread_while_threads_are_left() -> None
     pool.finish("b1")
     pool.finish("b2")
     pool.shares.close()
+
+
+def test_a_call_keeps_its_place_in_the_share_until_its_answer_is_delivered() -> None:
+    """An answer that crosses the owner's high water holds the owner from its `done`: none of
+    the owner's calls may start between the work's end and that (under load, twice a share's
+    16 MiB reads were made for a client that read none, and the server grew past 500 MB)."""
+    pool = Pool(workers=2, per_owner=1)
+    for name in ("a1", "a2", "a3"):
+        pool.submit("reader", name)
+    assert pool.next_started() == "a1"
+    pool.gates["a1"].set()  # its work ends; its answer is not delivered yet
+    assert pool.nothing_started()
+    delivered = pool.posted.get(timeout=WAIT)
+    pool.shares.hold("reader")  # as the answer's send past the high water does, then
+    delivered()
+    assert pool.nothing_started()
+    pool.shares.release("reader")
+    assert pool.next_started() == "a2"
+    pool.finish("a2")
+    assert pool.next_started() == "a3"
+    pool.finish("a3")
+    assert [name for name, _ in pool.finished] == ["a1", "a2", "a3"]
+    pool.shares.close()

@@ -169,15 +169,18 @@ class Files:
                     f"file `{p['path']}` is {size} bytes, over fs/readFile's limit of "
                     f"{MAX_READ_FILE}; read it with fs/open and fs/readBlock"
                 )
-            chunks = []
-            while data := os.read(fd, 1 << 20):
-                chunks.append(data)
-                size -= len(data)
-                if size < -(1 << 20):  # it grew while we read: stop at the limit's spirit
+            # One buffer, and the bytes let go before the text is made: a 16 MiB read peaked
+            # at 76 MB (its pieces, their join, the base64 and its text), now at 44.
+            data = bytearray()
+            while piece := os.read(fd, 1 << 20):
+                data += piece
+                if len(data) > size + (1 << 20):  # it grew while read: the limit's spirit
                     raise _refused(f"file `{p['path']}` grew past fs/readFile's limit while read")
         finally:
             os.close(fd)
-        return {"dataBase64": base64.b64encode(b"".join(chunks)).decode("ascii")}
+        encoded = base64.b64encode(data)
+        del data
+        return {"dataBase64": encoded.decode("ascii")}
 
     def _write_file(self, conn: int, p: dict[str, Any], scope: Scope) -> Any:
         fd = _open_regular(scope, p["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "write")

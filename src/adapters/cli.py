@@ -716,7 +716,12 @@ def main(argv: list[str] | None = None) -> int:
                      apply_patch_options=_command_in(argv) == "apply_patch")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+        words = " ".join(unknown)
+        hint = ""
+        if args.command == "exec" and args.argv and not command:  # `exec URL ls -la`
+            typed = " ".join([*args.argv, *unknown])
+            hint = f" (the command goes after --: execproto exec URL -- {typed})"
+        parser.commands[args.command].error(f"unrecognized arguments: {words}{hint}")
     if command:
         args.argv = [*args.argv, *command]
     # `exec` shares stderr with the remote command's: by default only warnings of its own.

@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import attrs
 
 from execproto import ClientCore, ClientState, path_from_uri, uri_from_path
 from execproto.client_events import (
@@ -56,6 +57,9 @@ from ._client._client_process import (
     _Waiter,
 )
 from ._client._wsclient import MAX_MESSAGE, HandshakeRefused, NotWebSocket, TLSFailed, WebSocket
+
+# The kinds of a refused start whose cause may be the cwd as well as the program.
+SPAWN_REFUSALS = ("spawnNotFound", "spawnPermissionDenied", "spawnFailed")
 
 __all__ = [
     "Chunk",
@@ -189,10 +193,26 @@ class Client:
                 process_id, argv, cwd=cwd, env=env, tty=tty, pipe_stdin=pipe_stdin, arg0=arg0,
                 env_policy=policy, size=size,
             ))
+        except RemoteError as error:
+            del self._procs[process_id]
+            raise await self._blamed(error, argv[0], cwd) from None
         except BaseException:
             del self._procs[process_id]
             raise
         return proc
+
+    async def _blamed(self, error: RemoteError, program: str, cwd: str) -> RemoteError:
+        """``error`` naming what a refused start failed on: its cwd or its program."""
+        kind = error.data.get("kind") if isinstance(error.data, dict) else None
+        if kind not in SPAWN_REFUSALS:
+            return error
+        try:
+            metadata = await self.get_metadata(cwd)
+        except RemoteError:
+            return attrs.evolve(error, blamed=f"cwd {cwd} does not exist")
+        if not metadata.get("isDirectory"):
+            return attrs.evolve(error, blamed=f"cwd {cwd} is not a directory")
+        return attrs.evolve(error, blamed=program)
 
     def _server_cwd(self) -> str:
         info = self._core.environment_info

@@ -66,7 +66,12 @@ def cwd_from_uri(uri: str) -> str:
 
 
 def uri_from_path(path: str) -> str:
-    """The ``file:`` URI of an absolute native path (bytes outside UTF-8 kept via surrogates)."""
+    """The ``file:`` URI of an absolute native path (bytes outside UTF-8 kept via surrogates).
+
+    A relative path is refused: it names nothing on the server (whose working directory is
+    not the caller's), and ``file://relative`` would name a host called ``relative``."""
+    if not path.startswith("/"):
+        raise ValueError(f"a path on the server must be absolute, not {path!r}")
     return "file://" + quote(path, safe="/", errors="surrogateescape")
 
 

@@ -4,6 +4,7 @@ exit status 2 (255 for an exec-server that cannot be reached or kept), never a t
 from __future__ import annotations
 
 import http.server
+import shutil
 import socket
 import subprocess
 import sys
@@ -141,8 +142,9 @@ MISTAKES = [
     (f"exec {{url}} --auth-token-file {MISSING} -- true", 2, "No such file or directory"),
     ("exec {url} --cwd relative/dir -- true", 2, "--cwd must be an absolute path"),
     (f"exec {{url}} --cwd {MISSING} -- pwd", 2,
-     f"--cwd {MISSING}: no such directory on the server"),
-    ("exec {url} --cwd /etc/hostname -- pwd", 2, "--cwd /etc/hostname: no such directory"),
+     f"--cwd {MISSING} does not exist on the server"),
+    ("exec {url} --cwd /etc/hostname -- pwd", 2,
+     "--cwd /etc/hostname is not a directory on the server"),
     ("exec {url} --connect-timeout 0 -- true", 2, "--connect-timeout must be positive"),
     ("exec {url} --log-level loud -- true", 2, "invalid choice: 'LOUD'"),
     ("exec 127.0.0.1:1 -- true", 2, "not a websocket URL (ws://HOST:PORT): '127.0.0.1:1'"),
@@ -150,6 +152,8 @@ MISTAKES = [
      "not a websocket URL (ws://HOST:PORT): 'ws://127.0.0.1:99999' (port out of range"),
     ("exec ws://127.0.0.1:1 -- true", 255,
      "cannot reach the server at ws://127.0.0.1:1: Connection refused"),
+    ("exec {url} ls -la", 2,  # was only "unrecognized arguments: -la"
+     "unrecognized arguments: -la (the command goes after --: execproto exec URL -- ls -la)"),
     ("exec ws://127.0.0.1:{silent} --handshake-timeout 1 -- true", 255,
      "connected, but no websocket handshake in 1 s"),
     ("exec {url} -- /no/such/program", 127, "/no/such/program: No such file or directory"),
@@ -190,6 +194,19 @@ def test_a_mistake_is_one_line_and_its_exit_status(
     command = argv[0] if argv and argv[0] in ("serve", "exec", "replay") else ""
     assert lines[0].startswith(f"execproto {command}".rstrip() + ":"), lines[0]
     assert said in lines[0], lines[0]
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux's unshare is missing")
+def test_a_host_name_that_cannot_be_resolved_is_said_so() -> None:
+    """It was "Unknown error -2" (getaddrinfo's code read as an errno). Looked up in a network
+    namespace of its own: no query leaves the machine."""
+    done = subprocess.run(["unshare", "-n", *EXECPROTO, "exec", "ws://nonexistent.invalid:80",
+                           "--", "true"], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 255, done.stderr
+    assert done.stderr.startswith("execproto exec: cannot reach the server at "
+                                  "ws://nonexistent.invalid:80: its host name cannot be "
+                                  "resolved ("), done.stderr
 
 
 def test_every_adapter_is_in_the_table() -> None:

@@ -114,6 +114,34 @@ async def test_a_missing_program_is_a_remote_error(server: Server) -> None:
         assert caught.value.data == {"kind": "spawnNotFound"}
 
 
+async def test_a_refused_start_says_whether_its_cwd_or_its_program_was_missing(
+        server: Server, tmp_path: Path) -> None:
+    """The server's words are the reference's, the same for both ("No such file or directory
+    (os error 2)"); the client looks and names the one at fault."""
+    (tmp_path / "file").write_text("")
+    async with connect(server.url) as ex:
+        for argv, cwd, blamed in [
+            (["/no/such/program"], str(tmp_path), "/no/such/program"),
+            (["true"], str(tmp_path / "missing"), f"cwd {tmp_path}/missing does not exist"),
+            (["true"], str(tmp_path / "file"), f"cwd {tmp_path}/file is not a directory"),
+        ]:
+            with pytest.raises(RemoteError) as caught:
+                await ex.start(argv, cwd=cwd)
+            assert caught.value.blamed == blamed
+            assert str(caught.value).startswith(f"{blamed}: "), str(caught.value)
+
+
+async def test_a_relative_path_is_refused_before_it_is_sent(server: Server) -> None:
+    """It was sent as ``file://relative``: a URI naming a host called "relative"."""
+    async with connect(server.url) as ex:
+        with pytest.raises(ValueError, match="must be absolute, not 'relative'"):
+            await ex.start(["true"], cwd="relative")
+        with pytest.raises(ValueError, match="must be absolute, not 'notes.txt'"):
+            await ex.read_file("notes.txt")
+        proc = await ex.start(["true"])  # and the connection serves on
+        assert (await proc.wait()).exit_code == 0
+
+
 async def test_filesystem_methods(server: Server, tmp_path: Path) -> None:
     async with connect(server.url) as ex:
         base = str(tmp_path)

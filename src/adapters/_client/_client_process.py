@@ -38,9 +38,13 @@ class RemoteError(ExecError):
     code: int
     message: str
     data: Any = None
+    # What a refused start blames, found by the client: "cwd /x" or the program. The server's
+    # words are the reference's, the same for a missing cwd and a missing program.
+    blamed: str = ""
 
     def __str__(self) -> str:
-        return f"{self.message} ({self.code})"
+        said = f"{self.blamed}: {self.message}" if self.blamed else self.message
+        return f"{said} ({self.code})"
 
 
 class ConnectionLost(ExecError):

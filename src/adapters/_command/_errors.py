@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
 
 
@@ -18,3 +20,18 @@ def leaves(exc: BaseException) -> Iterator[BaseException]:
             yield from leaves(inner)
     else:
         yield exc
+
+
+def unreachable(url: str, exc: OSError) -> str:
+    """Why the server at ``url`` could not be reached, in words: not "Unknown error -2"."""
+    # anyio says "All connection attempts failed" and keeps the real reason as the cause.
+    cause = exc.__cause__
+    if not exc.strerror and isinstance(cause, OSError) and cause.strerror:
+        exc = cause
+    if isinstance(exc, socket.gaierror):  # its errno is getaddrinfo's, not the OS's
+        why = f"its host name cannot be resolved ({exc.strerror}; check the name, or give an IP)"
+    elif exc.errno:  # asyncio's strerror is "Connect call failed (...)"; the errno says why
+        why = os.strerror(exc.errno)
+    else:
+        why = str(exc) or type(exc).__name__
+    return f"cannot reach the server at {url}: {why}"

@@ -67,7 +67,7 @@ from ..client import (
     SessionGone,
     connect,
 )
-from ._errors import UsageError, leaves
+from ._errors import UsageError, leaves, unreachable
 
 # Exit statuses of our own, as shells, timeout(1) and ssh use them.
 LOCAL_OUTPUT = 1
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(leaf, ExecError):
                 return _fail(f"{args.url}: {leaf}")
             if isinstance(leaf, OSError):
-                return _fail(f"cannot reach the server at {args.url}: {_why(leaf)}")
+                return _fail(unreachable(args.url, leaf))
         raise
 
 
@@ -231,16 +231,6 @@ def _sendable(value: str, what: str) -> None:
     except UnicodeEncodeError:
         raise UsageError(f"{what} is not UTF-8 text ({value!r}); the protocol carries UTF-8 "
                          "only") from None
-
-
-def _why(exc: OSError) -> str:
-    # anyio says "All connection attempts failed" and keeps the real reason as the cause.
-    cause = exc.__cause__
-    if not exc.strerror and isinstance(cause, OSError) and cause.strerror:
-        exc = cause
-    if exc.errno:  # asyncio's strerror is "Connect call failed (...)"; the errno says why
-        return os.strerror(exc.errno)
-    return str(exc) or type(exc).__name__
 
 
 def _terminal_size() -> tuple[int, int] | None:
@@ -390,7 +380,7 @@ class _Session:
                                       inherit_env=args.inherit_env, tty=args.tty,
                                       pipe_stdin=forward, size=size)
             except RemoteError as error:
-                return await self._not_started(ex, error)
+                return self._not_started(error)
             self.proc = proc
             writer = _Writer()
             failed: _LocalOutputFailed | None = None
@@ -480,24 +470,16 @@ class _Session:
                 self._end(DISCONNECTED, "~.")
                 return
 
-    async def _not_started(self, ex: Client, error: RemoteError) -> int:
+    def _not_started(self, error: RemoteError) -> int:
         """Say why the command did not start, blaming the right thing: the cwd, the program,
         or the server (a backend's own command missing is the server's problem)."""
         kind = error.data.get("kind") if isinstance(error.data, dict) else None
-        cwd = self.args.cwd
         if kind in SPAWN_STATUS or kind == "spawnFailed":
-            if cwd is not None and not await _is_directory(ex, cwd):
-                raise UsageError(f"--cwd {cwd}: no such directory on the server")
+            if error.blamed.startswith("cwd "):  # the client looked: the cwd's fault
+                raise UsageError(f"--{error.blamed} on the server")
             if kind in SPAWN_STATUS:
                 return _fail(f"{self.args.argv[0]}: {error.message}", SPAWN_STATUS[kind])
         return _fail(f"the server could not start {self.args.argv[0]}: {error.message}")
-
-
-async def _is_directory(ex: Client, path: str) -> bool:
-    try:
-        return bool((await ex.get_metadata(path)).get("isDirectory"))
-    except RemoteError:
-        return False
 
 
 async def _quietly(call: Callable[[], Awaitable[object]]) -> None:
@@ -516,8 +498,8 @@ async def _local_output_failed(proc: Process, failed: _LocalOutputFailed) -> int
         await _quietly(proc.terminate)
     if isinstance(failed.error, BrokenPipeError):
         return CLOSED_PIPE
-    _say(f"cannot write to the local {failed.name}: {_why(failed.error)}; the remote process "
-         "is terminated")
+    _say(f"cannot write to the local {failed.name}: {failed.error.strerror or failed.error}; "
+         "the remote process is terminated")
     return LOCAL_OUTPUT
 
 

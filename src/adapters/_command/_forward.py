@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import Any
 
-from ._errors import UsageError
+from ._errors import UsageError, unreachable
 
 FAILED = 255
 DESCRIPTION = """\
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from ..client import ExecError
     from ._auth_flags import read_secret
     from ._errors import leaves
-    from ._exec import _check_ca_file, _why
+    from ._exec import _check_ca_file
 
     pairs = [pair(text) for text in args.pairs]
     for name in ("connect_timeout", "handshake_timeout"):
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(leaf, (HandshakeRefused, NotWebSocket, ExecError)):
                 return _fail(f"{args.url}: {leaf}")
             if isinstance(leaf, OSError):
-                return _fail(f"cannot reach the server at {args.url}: {_why(leaf)}")
+                return _fail(unreachable(args.url, leaf))
         raise
 
 

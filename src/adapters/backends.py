@@ -247,14 +247,14 @@ class LocalBackend:
 
     def describe(self) -> str:
         """What a sandbox is here and who gets one, for the operator's start-up line."""
-        if self._bwrap is None:
-            how = "none can be enforced"
-        else:
-            network = ("shares the host's" if self._host_network
-                       else "gets its session's, through pasta" if self._pasta is not None
-                       else "is refused (no pasta)")
-            how = (f"bubblewrap ({self._bwrap}) with a seccomp filter; one allowed the network "
-                   f"{network}")
+        if self._bwrap is None:  # it said "none can be enforced; only ... are sandboxed"
+            return ("none can be enforced: a process that asks for one is refused, the others "
+                    "run unsandboxed")
+        network = ("shares the host's" if self._host_network
+                   else "gets its session's, through pasta" if self._pasta is not None
+                   else "is refused (no pasta)")
+        how = (f"bubblewrap ({self._bwrap}) with a seccomp filter; one allowed the network "
+               f"{network}")
         if self.floor is None:
             return f"{how}; only the processes that ask for one are sandboxed"
         rules = ", ".join(f"{rule.access} {rule.path}" for rule in self.floor.rules
@@ -451,6 +451,11 @@ def _usable_pasta() -> str | None:
     except OSError:
         return None
     return pasta
+
+
+def no_pasta() -> bool:
+    """Whether a sandbox here can get no network of its own."""
+    return _usable_pasta() is None
 
 
 def bwrap_sandbox(writable_roots: Sequence[str] = (), allow_network: bool = False,

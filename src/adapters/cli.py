@@ -545,6 +545,11 @@ def _backend(args: argparse.Namespace) -> Backend | None:
     if args.backend:
         return _load_backend(args.backend)
     if args.sandbox == "bwrap":
+        if args.allow_network and not args.host_network and backends.no_pasta():
+            # Else it would start, say it is ready and refuse every process (each is given
+            # the network, and this host cannot give one of its own).
+            raise UsageError(f"--allow-network: {backends.NO_PASTA}; install passt, or add "
+                             "--host-network to share the host's network")
         backend = backends.bwrap_sandbox(args.writable_root, allow_network=args.allow_network,
                                          host_network=args.host_network,
                                          pid_namespace=args.sandbox_pid_namespace)
@@ -602,7 +607,10 @@ def _load_backend(spec: str) -> Backend:
     except ModuleNotFoundError as exc:
         raise UsageError(f"--backend {spec}: no module named {exc.name!r} (run from the "
                          "directory that holds it, or add that directory to PYTHONPATH)") from None
-    except AttributeError as exc:
+    except UsageError:
+        raise
+    except Exception as exc:  # no such factory, or the factory's own refusal
+        log.debug("--backend %s could not be made", spec, exc_info=True)
         raise UsageError(f"--backend {spec}: {exc}") from None
     finally:
         # For that load only: a module planted here later (a sandbox may write the

@@ -69,3 +69,7 @@ def test_without_bubblewrap_the_answer_is_in_at_once(monkeypatch: pytest.MonkeyP
     told: list[str] = []
     backend.when_probed(lambda: told.append(backend.problem or ""))
     assert told == ["bubblewrap (bwrap) is not installed"]
+    # The operator's start-up line says what happens, and nothing it contradicts (it said
+    # "none can be enforced; only the processes that ask for one are sandboxed").
+    assert backend.describe() == ("none can be enforced: a process that asks for one is "
+                                  "refused, the others run unsandboxed")

@@ -133,7 +133,8 @@ MISTAKES = [
     ("serve --sandbox bwrap --backend a:b", 2, "alternatives"),
     ("serve --backend nosuchmodule:make", 2, "no module named 'nosuchmodule' (run from the"),
     ("serve --backend badbackend:nosuchfactory", 2, "has no attribute 'nosuchfactory'"),
-    ("serve --backend badbackend:make", 2, "the container my-box is not running"),
+    ("serve --backend badbackend:make", 2,  # the flag was not named
+     "--backend badbackend:make: the container my-box is not running"),
     ("serve --backend justamodule", 2, "--backend must be module:factory"),
     ("serve --no-such-flag", 2, "unrecognized arguments: --no-such-flag"),
     # exec
@@ -207,6 +208,21 @@ def test_a_host_name_that_cannot_be_resolved_is_said_so() -> None:
     assert done.stderr.startswith("execproto exec: cannot reach the server at "
                                   "ws://nonexistent.invalid:80: its host name cannot be "
                                   "resolved ("), done.stderr
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_allow_network_without_pasta_refuses_to_start(tmp_path: Path) -> None:
+    """It started, said it was ready, and refused every process (each was given the network,
+    and no pasta could give one). pasta hidden: a PATH with bubblewrap only."""
+    (tmp_path / "bwrap").symlink_to(shutil.which("bwrap") or "")
+    done = subprocess.run([*EXECPROTO, "serve", "--listen", "ws://127.0.0.1:0", "--sandbox",
+                           "bwrap", "--allow-network"], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL, env={"PATH": str(tmp_path)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("execproto serve: --allow-network: the network cannot be "
+                                  "given apart from the host's: pasta"), done.stderr
+    assert done.stderr.rstrip().endswith("install passt, or add --host-network to share the "
+                                         "host's network"), done.stderr
 
 
 def test_every_adapter_is_in_the_table() -> None:

@@ -220,13 +220,7 @@ class Stage:
             raise Changed(f"{path} changed while the sandbox was set up") from None
         if not stat.S_ISLNK(os.fstat(link).st_mode) or os.readlink("", dir_fd=link) != target:
             raise Changed(f"{path} changed while the sandbox was set up")
-        tree = clone_tree(link)
-        # Nosuid and nodev change nothing on a link (what it leads to is on another mount),
-        # and spare bubblewrap remounting it so, as it does each submount of the staged root
-        # (`--bind`) that lacks them: its remount finds the mount point by path, following
-        # the link, and fails (EPERM).
-        set_attr(tree, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, recursive=False)
-        attach(tree, link)
+        attach(clone_tree(link), link)  # nosuid and nodev at the `finish`
         # Renamed away before the mount, the link would be pinned elsewhere: what is at the
         # name now must be the pinned link.
         try:
@@ -263,6 +257,13 @@ class Stage:
             pass
 
     def finish(self) -> None:
+        # Every mount of the staged root nosuid and nodev, in one call: bubblewrap's `--bind`
+        # makes each submount so, and remounts, one system call each (a few dozen: the host's
+        # /sys, /dev, cgroups beneath `/`, and the plan's), every one that is not already.
+        # On a pinned link its remount would also fail (EPERM): it finds the mount point by
+        # path, following the link. Nothing changes on a link (what it leads to is on
+        # another mount).
+        set_attr(self.root, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         if self.made_root:
             for own in ("dev", "proc"):  # bubblewrap mounts its own there
                 self._make("/" + own, is_dir=True)

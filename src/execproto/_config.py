@@ -25,7 +25,7 @@ def _paths(paths: Iterable[str]) -> tuple[str, ...]:
 b2a_base64: Callable[[bytes], bytes] = partial(binascii.b2a_base64, newline=False)
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class Config(Record):
     """The server's settings: the bounds and timeouts the core keeps (see docs/design.md,
     Limits) and the operator's sandbox. ``execproto serve`` takes its flags' defaults from here."""
@@ -107,7 +107,7 @@ class Config(Record):
         default=b2a_base64, eq=False, repr=False, metadata={"traced": False})
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class Host(Record):
     """What the adapter learned about the machine at start-up."""
 

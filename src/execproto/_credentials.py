@@ -75,7 +75,7 @@ _ALPHANUMERIC = _LETTERS + _LETTERS.upper() + "0123456789"
 
 # -- destinations -------------------------------------------------------------------------------
 
-@attrs.frozen(repr=False, eq=False)
+@attrs.frozen(repr=False, eq=False, slots=False)
 class Destination(Record):
     """Where a credential may go: a scheme, a host (or its subdomains), a port and a path
     prefix. HTTPS unless the host is loopback (then plain HTTP may be named)."""
@@ -164,7 +164,7 @@ _OPENAI = (Destination("https", "api.openai.com", False, 443),)
 Kind = Literal["github", "openai", "custom"]
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class Provider(Record):
     """A provider that applies: its variables, how its dummies look, where its credentials may
     go and in which headers they travel."""
@@ -187,7 +187,7 @@ class Provider(Record):
         return any(re.fullmatch(pattern, value) for pattern in self.patterns)
 
 
-@attrs.frozen(repr=False, eq=False)
+@attrs.frozen(repr=False, eq=False, slots=False)
 class Dropped(Record):
     """A custom provider that failed its checks: the reference's log line, without values."""
 
@@ -347,7 +347,7 @@ def dummy_value(provider: Provider, real: str, draw: Callable[[int], bytes]) -> 
 
 # -- the child's environment ----------------------------------------------------------------------
 
-@attrs.frozen(repr=False, eq=False)
+@attrs.frozen(repr=False, eq=False, slots=False)
 class Brokered(Record):
     """One masked variable: the child sees ``dummy``; the proxy may send ``real`` in its
     place, toward the provider's destinations only. ``real`` never leaves the server."""
@@ -358,7 +358,7 @@ class Brokered(Record):
     dummy: str
 
 
-@attrs.frozen(repr=False, eq=False)
+@attrs.frozen(repr=False, eq=False, slots=False)
 class Masking(Record):
     env: dict[str, str]
     credentials: tuple[Brokered, ...]

@@ -41,7 +41,7 @@ Inherit = Literal["core", "all", "none"]
 INHERIT_CHOICES: tuple[Inherit, ...] = ("core", "all", "none")
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class EnvPolicy(Record):
     """A ``process/start`` request's ``envPolicy``: what the child takes from the server's
     environment, applied by `child_environment` in the order the module describes."""

@@ -34,14 +34,14 @@ class Incoming(Record):
     id: Id | None
 
 
-@attrs.frozen(repr=False, eq=False)
+@attrs.frozen(repr=False, eq=False, slots=False)
 class Malformed(Record):
     """A frame that is not a message; answered with id -1 and ``detail`` in the message."""
 
     detail: str
 
 
-@attrs.frozen(repr=False, eq=False)
+@attrs.frozen(repr=False, eq=False, slots=False)
 class ClientResponse(Record):
     """A response from the client, to one of the server's requests (``network/policyRequest``)
     or to nothing: ``result`` as sent, or ``error`` (the error object) if it failed."""

@@ -300,7 +300,7 @@ SESSION_REFUSED: dict[tuple[SessionState, SessionInput], tuple[int, str]] = {
 _ANY_STOP = frozenset(Stop)
 
 
-@attrs.frozen(repr=False, eq=False)
+@attrs.frozen(repr=False, eq=False, slots=False)
 class Rule(Record):
     """When a process is in ``phase`` with its stop in ``stops`` (and, unless None, some stream
     open or not), it moves to ``to_phase`` / ``to_stop`` (None: unchanged), then ``then``."""

@@ -97,7 +97,7 @@ LOCAL_NO_PROXY = "localhost,127.0.0.1,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/1
 Auth = Literal["bearer", "token", "basic", "header"]
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ProviderConfig(Record):
     """One entry of ``credentialProviders`` as sent (`_credentials` checks and applies it)."""
 
@@ -113,7 +113,7 @@ class ProviderConfig(Record):
 
 # -- configuration ------------------------------------------------------------------------------
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ProxyConfig(Record):
     """``networkProxy.proxy``. ``domains`` keeps every entry, sorted by pattern as the reference
     holds them; ``none`` entries count for nothing."""
@@ -138,7 +138,7 @@ class ProxyConfig(Record):
         return tuple(pattern for pattern, given in self.domains if given == permission)
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ProxyLaunch(Record):
     """``networkProxy``: how to start the executor-local proxy for one process.
     ``policy_decision_timeout_ms`` set means the client is a decider (it answers
@@ -155,7 +155,7 @@ class ProxyLaunch(Record):
         return self.policy_decision_timeout_ms is not None
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ManagedNetwork(Record):
     """``managedNetwork``: what the sandbox leaves reachable. Every field is optional."""
 
@@ -219,7 +219,7 @@ def normalize_host(host: str) -> str:
     return host.lower().rstrip(".")
 
 
-@attrs.frozen(repr=False, eq=False)
+@attrs.frozen(repr=False, eq=False, slots=False)
 class _Pattern(Record):
     kind: Literal["any", "apex_and_subdomains", "subdomains", "exact"]
     domain: str
@@ -291,7 +291,7 @@ def _local_literal(host: str) -> bool:
 
 # -- decisions ----------------------------------------------------------------------------------
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class Question(Record):
     """One connection the proxy was asked for. ``addresses``: what the adapter resolved the host
     to before asking (empty: it did not resolve); for an IP literal, that literal. ``method``:
@@ -306,7 +306,7 @@ class Question(Record):
     addresses: tuple[str, ...] = ()
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class Verdict(Record):
     """One decision. ``decision`` "ask" means: ask the client (never reported, never final)."""
 

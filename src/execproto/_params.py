@@ -25,7 +25,7 @@ from ._snapshot import SnapshotRequest
 from .actions import SignalName
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class InitializeParams(Record):
     client_name: str
     resume_session_id: str | None
@@ -41,7 +41,7 @@ def initialize(params: Any) -> InitializeParams:
     )
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class StartParams(Record):
     process_id: str
     argv: tuple[str, ...]
@@ -172,7 +172,7 @@ def start(params: Any) -> StartParams:
     )
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ReadParams(Record):
     process_id: str
     after_seq: int
@@ -190,7 +190,7 @@ def read(params: Any) -> ReadParams:
     )
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class AckParams(Record):
     process_id: str
     seq: int
@@ -201,7 +201,7 @@ def ack(params: Any) -> AckParams:
     return AckParams(process_id=fields.ident("processId"), seq=fields.uint("seq"))
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class WriteParams(Record):
     process_id: str
     chunk: bytes
@@ -244,7 +244,7 @@ def _signal(value: Any) -> SignalName:
     return SIGNALS[value]
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class SignalParams(Record):
     process_id: str
     signal: SignalName
@@ -257,7 +257,7 @@ def signal(params: Any) -> SignalParams:
     )
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ResizeParams(Record):
     process_id: str
     rows: int

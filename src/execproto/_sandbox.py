@@ -108,14 +108,14 @@ def _present(fields: Fields, name: str) -> Any:
     return value
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class _Entry(Record):
     kind: str  # "path", "glob", or a special kind
     path: str  # the native path, the pattern, or the subpath ("" for none)
     access: str
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class SandboxRequest(Record):
     """A parsed ``sandbox`` object, before its special paths are resolved."""
 

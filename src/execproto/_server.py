@@ -61,7 +61,7 @@ from .events import (
 Handler = Callable[[Connection, Session, Id, Any], None]
 
 
-@attrs.frozen(repr=False, eq=False)
+@attrs.frozen(repr=False, eq=False, slots=False)
 class Method(Record):
     """How one request method is served: params are parsed before the handshake is checked
     (so a malformed call gets its params error in any state), then ``run`` does the work."""

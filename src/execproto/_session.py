@@ -24,7 +24,7 @@ class Handshake(enum.Enum):
     READY = "ready"
 
 
-@attrs.frozen(repr=False, eq=False)
+@attrs.frozen(repr=False, eq=False, slots=False)
 class Greeting(Record):
     """How a connection's ``initialize`` was last answered: the session it attached to, new or
     resumed, or why it was refused. Read by the adapter for its log line (`ServerCore.greeting`),

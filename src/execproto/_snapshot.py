@@ -36,7 +36,7 @@ LOGIN_FLAG = "-lc"
 BAD_SCOPE = f"shell snapshot scope must be non-empty and at most {MAX_SCOPE_BYTES} bytes"
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class SnapshotRequest(Record):
     """``shellSnapshot`` as sent: ``{scopeId, shell: {name, path}}``."""
 
@@ -97,7 +97,7 @@ def applies(request: SnapshotRequest | None, argv: tuple[str, ...]) -> SnapshotR
     return request
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ShellSnapshot(Record):
     """What a `SpawnSpec` carries when its command runs from a snapshot.
 

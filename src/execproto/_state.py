@@ -24,7 +24,7 @@ from ._timers import Timers
 from .actions import Action, Send
 
 
-@attrs.frozen(repr=False, eq=False)
+@attrs.frozen(repr=False, eq=False, slots=False)
 class PendingAsk(Record):
     """A question the client's decider was asked (``network/policyRequest``), unanswered."""
 

@@ -80,7 +80,7 @@ class Action(Record):
     __slots__ = ()
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class SpawnSpec(Record):
     """What to run. ``cwd`` is a native path; ``env`` is the child's whole environment."""
 
@@ -119,7 +119,7 @@ class Send(Action):
     data: bytes
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class CloseConnection(Action):
     """Close the connection with a websocket close ``code`` and ``reason`` (stdio: just close),
     then report `ConnectionClosed` as for any other close. Messages that arrive in between are
@@ -130,7 +130,7 @@ class CloseConnection(Action):
     reason: str
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class Spawn(Action):
     """Start the process; answer with `ProcessSpawned` or `SpawnFailed` for the same ``proc``."""
 
@@ -146,14 +146,14 @@ class WriteStdin(Action):
     data: bytes
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class CloseStdin(Action):
     """Close the process's stdin, so it reads EOF."""
 
     proc: int
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class Signal(Action):
     """Send a signal ("INT", "TERM" or "KILL") to the process group.
 
@@ -165,7 +165,7 @@ class Signal(Action):
     signal: SignalName
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ResizeTerminal(Action):
     """Set the size of the process's terminal (TIOCSWINSZ on the pty's master side), so the
     kernel sends SIGWINCH to its foreground process group. ``rows`` and ``cols`` are 1..65535.
@@ -193,7 +193,7 @@ class ResumeOutput(Action):
     proc: int
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class Finalize(Action):
     """The process is done: reap it, close whatever of its pipes is still open, release it.
 
@@ -209,7 +209,7 @@ class Finalize(Action):
     timed_out: bool
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class AnswerProxy(Action):
     """The answer to a `ProxyAsked`: let the connection through (to the addresses it asked
     with, and no other), or refuse it with ``refusal`` (an HTTP status, headers and body, for
@@ -221,7 +221,7 @@ class AnswerProxy(Action):
     socks_code: int = 0
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class EndSession(Action):
     """The session is gone (it expired): what the adapter keeps for it may go, such as the
     network its sandboxes share. Its processes were told to stop just before; some may still
@@ -260,7 +260,7 @@ class RunFs(Action):
     request: FsRequest
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class WatchMissing(Action):
     """Watch for any of ``missing`` to appear (or ``present`` to go); answer with `FsCompleted`
     for ``op``: ``{"watching": true}`` when every missing path is absent and ``present`` (if
@@ -278,14 +278,14 @@ class WatchMissing(Action):
     sandbox: Policy | None = None
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class Unwatch(Action):
     """Stop the watch (replaced, or its connection closed). Harmless if it already fired."""
 
     watch: int
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class HttpRequest(Record):
     """A validated ``http/request``: an http or https ``url`` and an HTTP ``method`` token.
 
@@ -307,7 +307,7 @@ class HttpRequest(Record):
     env_values: tuple[tuple[int, str], ...] = ()
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class RunHttp(Action):
     """Perform an HTTP request; answer with `HttpResponded`, then (streaming) body events.
     ``conn`` is the connection it answers on: its share of the adapter's http threads."""
@@ -317,7 +317,7 @@ class RunHttp(Action):
     request: HttpRequest
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class CancelHttp(Action):
     """Abandon the request ``op``: its connection closed. Events for it that are still on their
     way are ignored."""
@@ -329,7 +329,7 @@ class CancelHttp(Action):
 ForwardRoute = Literal["session", "host"]
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class OpenForward(Action):
     """Connect a TCP stream to ``host`` (an IP address) and ``port``: with ``route`` "session",
     from a socket made in session ``session_id``'s network (the backend's ``session_socket``),
@@ -368,7 +368,7 @@ class ResumeForward(Action):
     stream: int
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class CloseForward(Action):
     """Close the stream (connecting or not) and forget it: nothing more is reported of it."""
 

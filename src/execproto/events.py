@@ -68,7 +68,7 @@ class Event(Record):
     __slots__ = ()
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ConnectionOpened(Event):
     """A client connected (a websocket finished its upgrade, or stdio started).
 
@@ -102,7 +102,7 @@ class MessageReceived(Event):
     data: bytes | str
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ConnectionClosed(Event):
     """The connection is gone, whoever closed it. Its session detaches and waits to be resumed."""
 
@@ -123,7 +123,7 @@ class SendDrained(Event):
     conn: int
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ProcessSpawned(Event):
     """The process of a `Spawn` is running; ``pid`` is its process id (and process group)."""
 
@@ -131,7 +131,7 @@ class ProcessSpawned(Event):
     pid: int
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class SpawnFailed(Event):
     """The process of a `Spawn` could not be started. The core still emits its `Finalize`."""
 
@@ -157,7 +157,7 @@ class OutputReceived(Event):
     data: bytes
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class StreamClosed(Event):
     """``stream`` reached EOF. No output may follow on it."""
 
@@ -176,7 +176,7 @@ class StdinWritten(Event):
     closed: bool = False
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ProcessExited(Event):
     """The direct child terminated (observed without reaping it)."""
 
@@ -185,7 +185,7 @@ class ProcessExited(Event):
     returncode: int
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class FinalizeFailed(Event):
     """The backend's finalize hook failed for a process the core had finalized.
 
@@ -216,14 +216,14 @@ class FsCompleted(Event):
     error: RpcError | None = None
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class MissingChanged(Event):
     """A `WatchMissing` watch saw a missing path appear (or its present path go)."""
 
     watch: int
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class HttpResponded(Event):
     """An ``http/request`` got its status and headers (and, unless streaming, its body)."""
 
@@ -241,7 +241,7 @@ class HttpBodyReceived(Event):
     data: bytes
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class HttpFinished(Event):
     """The request is over: the streamed body ended, or the request failed (``error``)."""
 
@@ -249,7 +249,7 @@ class HttpFinished(Event):
     error: str | None = None
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ProxyAsked(Event):
     """Process ``proc``'s managed network proxy was asked for a connection (``question``: what
     to, resolved already). The core answers with `AnswerProxy` for the same ``ask``, at once or
@@ -262,14 +262,14 @@ class ProxyAsked(Event):
     wall: float
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ForwardConnected(Event):
     """The stream of an `OpenForward` is connected: its bytes may move."""
 
     stream: int
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ForwardUnrouted(Event):
     """The backend gave no socket in the session's network for an `OpenForward`: the
     session's sandboxes get no network of their own here (``network`` "none": the backend
@@ -282,7 +282,7 @@ class ForwardUnrouted(Event):
     listening: tuple[int, ...] = ()
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ForwardFailed(Event):
     """The stream could not connect, or broke (``error``, the OS's words: "Connection refused
     (os error 111)"). It is closed and forgotten already."""
@@ -299,7 +299,7 @@ class ForwardReceived(Event):
     data: bytes
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ForwardEnded(Event):
     """The stream's target sent EOF: no `ForwardReceived` follows."""
 
@@ -315,7 +315,7 @@ class ForwardWritten(Event):
     size: int
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class Drain(Event):
     """The server is going to stop (an orchestrator's SIGTERM): it starts no new process and
     takes no new connection, and goes on serving those it has, so running processes can finish
@@ -323,7 +323,7 @@ class Drain(Event):
     grace runs out."""
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class Shutdown(Event):
     """The server is stopping: close every connection and terminate every process.
 

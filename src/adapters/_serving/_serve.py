@@ -33,7 +33,7 @@ PING_INTERVAL = 30.0
 PROBE_AFTER = 0.05  # seconds after listening that the backend's probe starts (see `announce`)
 
 
-@attrs.frozen(kw_only=True, eq=False)  # never compared (see `Refusal`)
+@attrs.frozen(kw_only=True, eq=False, slots=False)  # never compared (see `Refusal`), one made
 class Options:
     """What ``serve`` takes besides the address and the stop, on every adapter. Each may also be
     given to ``serve`` as a keyword of its own (``serve(listen, ready=print, stop=stop)``).

@@ -2,21 +2,30 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
+# setuptools' notice on every editable install ("be careful with folders ...") says nothing
+# to someone who typed `make serve`.
+PIP := PYTHONWARNINGS=ignore $(BIN)/python -m pip
 
-.PHONY: serve test checks live live-1 live-2 reference lint typecheck coverage fuzz-long fuzz-live bench compare clean
+# A bare `make`: what there is to make.
+help:
+	@echo "make serve   run an exec-server on ws://127.0.0.1:8765 (LISTEN=ws://127.0.0.1:PORT to choose)"
+	@echo "make test    the whole suite: lint, types, the core's checks and the live tests"
+	@echo "other targets: lint typecheck coverage live fuzz-long fuzz-live bench compare clean"
+
+.PHONY: help serve test packages checks live live-1 live-2 reference lint typecheck coverage fuzz-long fuzz-live bench compare clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(PIP) install --quiet --upgrade pip
 
 # Reinstall when the project metadata changes; the package itself is editable. Serving needs
 # only the package's own dependencies; the tests add their tools and trio.
 $(VENV)/.serving: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(PIP) install --quiet -e .
 	touch $@
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev,trio]'
+	$(PIP) install --quiet -e '.[dev,trio]'
 	touch $(VENV)/.serving $@
 
 # Loopback only; set LISTEN=ws://127.0.0.1:PORT to choose the port.
@@ -27,8 +36,12 @@ serve: $(VENV)/.serving
 # The core's checks (CPU-bound) and the live suite (mostly waiting on processes, sockets and
 # timeouts, so split in two halves by tests/shard.py) run side by side on the two cores; each
 # one's output is shown whole when it ends.
-test: $(VENV)/.installed reference
+test: $(VENV)/.installed reference packages
 	$(MAKE) --no-print-directory -j3 --output-sync=target checks live-1 live-2
+
+# The system's parts the sandbox and its tests use, installed when they can be (.ci/packages).
+packages:
+	@.ci/packages
 
 checks: lint typecheck coverage
 

@@ -94,7 +94,7 @@ def run(client: Client, script: str, sandbox: Any, cwd: str = "/",
 def _bwrap_problem() -> str | None:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        return "bubblewrap (bwrap) is not installed (.ci/run installs it with apt-get)"
+        return "bubblewrap (bwrap) is not installed (make test installs it as root with apt-get)"
     probe = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net",
                             "--unshare-uts", "--unshare-ipc", "true"],
                            capture_output=True, text=True)
@@ -103,4 +103,7 @@ def _bwrap_problem() -> str | None:
 
 BWRAP_PROBLEM = _bwrap_problem()
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=BWRAP_PROBLEM or "")
+NO_PASTA = "pasta (Debian's passt) is not installed"
+# A network of a sandbox's own: without pasta, a sandbox that asks for the network is refused.
+needs_pasta = pytest.mark.skipif(shutil.which("pasta") is None, reason=NO_PASTA)
 IS_ROOT = os.geteuid() == 0

@@ -69,7 +69,7 @@ def check(client: Any, name: str, tmp_path: Path) -> str | None:
 @pytest.mark.parametrize("name", ["read-only", "workspace-write", "workspace-write+net"])
 def test_each_default_profile_is_confined(client: Any, name: str, tmp_path: Path) -> None:
     if name.endswith("+net") and shutil.which("pasta") is None:
-        pytest.skip("pasta is not installed: no network of a sandbox's own")
+        pytest.skip("pasta (Debian's passt) is not installed")
     assert check(client, name, tmp_path) is None
 
 
@@ -87,7 +87,7 @@ def test_a_profile_that_lets_the_command_write_anywhere_is_not_timed(
 def test_a_sandbox_without_the_network_its_profile_allows_is_not_timed(
         client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if shutil.which("pasta") is None:
-        pytest.skip("pasta is not installed: no network of a sandbox's own")
+        pytest.skip("pasta (Debian's passt) is not installed")
     asked = sandboxed.sandbox
 
     def restricted(profile: Any, workspace: str) -> Any:

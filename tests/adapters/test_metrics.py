@@ -97,7 +97,7 @@ def free_port() -> int:
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None,
-                    reason="prometheus is not installed (.ci/run installs Debian's)")
+                    reason="prometheus is not installed (make test installs Debian's, as root)")
 def test_a_real_prometheus_scrapes_the_server_through_its_token(
     server: Server, tmp_path: Path
 ) -> None:

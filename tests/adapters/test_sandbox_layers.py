@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import Server
-from .sandboxes import needs_bwrap, profile, read_only, run, workspace_write
+from .sandboxes import needs_bwrap, needs_pasta, profile, read_only, run, workspace_write
 from .wsclient import Client
 
 PROBE = r"""
@@ -145,6 +145,7 @@ def test_the_workspace_write_profile_under_tmp_writes_its_workspace(
     assert (workspace / "probe-written").read_text() == "x"
 
 
+@needs_pasta
 def test_with_the_network_only_the_processes_and_keys_stay_out_of_reach(
         keyed_server: tuple[Server, Client, str], workspace: Path) -> None:
     _, client, key = keyed_server

@@ -146,3 +146,26 @@ def test_a_start_up_error_is_a_json_line_under_log_format_json() -> None:
     # Without it, the same error is plain text.
     done = subprocess.run([*serve[:-2], "--bogus"], capture_output=True, text=True, timeout=30)
     assert done.stderr.startswith("execproto serve: unrecognized arguments: --bogus"), done
+
+
+def test_an_expired_sessions_terminated_processes_are_logged() -> None:
+    """Its processes were terminated without a word in the log."""
+    server = Server("asyncio", "--log-format", "json", "--session-ttl", "0.5",
+                    "--kill-grace", "0.5")
+    try:
+        client = server.client()
+        session = client.session_id
+        assert "result" in start(client, "sleeper", ["sleep", "30.25"])
+        client.close()  # and never resumed
+        deadline = time.monotonic() + 10
+        # Until the sleep is gone: the line is written as the core tells it to stop.
+        while subprocess.run(["pgrep", "-f", "sleep 30.25"], stdout=subprocess.DEVNULL
+                             ).returncode == 0:
+            assert time.monotonic() < deadline, "the expired session's process still runs"
+            time.sleep(0.1)
+    finally:
+        log = server.stop()
+    [expired] = [line for line in records(log) if "expired" in line["message"]]
+    assert expired["message"] == (f"session {session} expired (its client did not resume it): "
+                                  "1 of its processes are terminated (sleeper)"), expired
+    assert expired["terminated"] == ["sleeper"], expired

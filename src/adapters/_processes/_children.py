@@ -509,6 +509,14 @@ class Children:
         it at once, and what blocks (waiting for a holder to exit) runs off the owner, after
         the session's starts still being prepared (its share runs them in turn). Most
         sessions kept nothing, and wake no worker."""
+        running = [record.process_id for record in self._records.values()
+                   if record.session_id == action.session_id and record.child is not None]
+        # The core has just told these to stop: without this line, an operator saw processes
+        # end with no word of why.
+        log.info("session %s expired (its client did not resume it): %d of its processes are "
+                 "terminated%s", action.session_id, len(running),
+                 f" ({', '.join(running)})" if running else "",
+                 extra={"fields": {"session": action.session_id, "terminated": running}})
         if self._snapshots is not None:
             self._snapshots.forget(action.session_id)
         end = getattr(self.backend, "end_session", None)

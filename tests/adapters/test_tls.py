@@ -228,17 +228,18 @@ def test_off_loopback_without_tls_warns(tmp_path: Path) -> None:
     """Said once listening: checked here on the parsed flags alone, so nothing is bound off
     loopback."""
     from execproto.adapters import cli
+    from execproto.adapters._command import _serve
 
     token = tmp_path / "token"
     token.write_text("a-token\n")
     args = cli._parser().parse_args(["serve", "--listen", "ws://0.0.0.0:0",
                                      "--auth-token-file", str(token)])
-    warnings = cli.tls_warnings(cli._check_serve(args)[0], "ws://0.0.0.0:8765")
+    warnings = _serve.tls_warnings(_serve.check(args)[0], "ws://0.0.0.0:8765")
     assert warnings == ["listening on ws://0.0.0.0:8765 without TLS: the bearer token and every "
                         "byte travel in clear (use wss:// with --tls-cert and --tls-key)"]
     for loopback in ("ws://127.0.0.1:0", "ws://[::1]:0"):
         args = cli._parser().parse_args(["serve", "--listen", loopback])
-        assert cli.tls_warnings(cli._check_serve(args)[0], loopback) == []
+        assert _serve.tls_warnings(_serve.check(args)[0], loopback) == []
 
 
 UNSHARE = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]

@@ -22,6 +22,13 @@ def leaves(exc: BaseException) -> Iterator[BaseException]:
         yield exc
 
 
+def plain(exc: BaseException) -> str:
+    """An OS error without the errno and path noise: 'No such file or directory'."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
 def unreachable(url: str, exc: OSError) -> str:
     """Why the server at ``url`` could not be reached, in words: not "Unknown error -2"."""
     # anyio says "All connection attempts failed" and keeps the real reason as the cause.

@@ -487,8 +487,11 @@ class Sandbox:
             # /proc, which no sandbox can move, and keyctl is filtered and /proc/keys empty.
             # The stage server's child then execs bubblewrap at once (no plan).
             staged = bool(self._ops or joined)
-            options = ["--bind", _stage.STAGED, "/"] if staged else list(DIRECT_ROOT[root])
-            options += ["--dev", "/dev", "--proc", "/proc"]
+            # A staged root holds its own /dev (`_stage.Stage.dev`), whose devices the
+            # stage left usable: every other mount there is nodev already.
+            options = (["--dev-bind", _stage.STAGED, "/"] if staged
+                       else [*DIRECT_ROOT[root], "--dev", "/dev"])
+            options += ["--proc", "/proc"]
             for knob in PROC_READ_ONLY:
                 options += ["--ro-bind-try", knob, knob]
             for listing in PROC_HIDDEN:  # an empty file (a device would be nodev here)

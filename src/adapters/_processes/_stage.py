@@ -64,7 +64,7 @@ AT_EMPTY_PATH, AT_RECURSIVE = 0x1000, 0x8000
 OPEN_TREE_CLONE = 1
 MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
 FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
-MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC = 0x1, 0x2, 0x4, 0x8
 RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x2, 0x4, 0x8
 KEYCTL_JOIN_SESSION_KEYRING = 1
 CLONE_NEWNET = 0x40000000
@@ -73,6 +73,13 @@ CLONE_NEWNET = 0x40000000
 # mounted or read from (the sandbox's /dev is bubblewrap's own), so that no lookup of a
 # source on the host passes through the staged tree.
 STAGED = "/dev/shm"
+
+
+# The sandbox's /dev (`Stage.dev`): the host's devices bound there, and its links.
+DEVICES = [(f"dev/{name}", name) for name in ("null", "zero", "full", "random", "urandom", "tty")]
+DEV_LINKS = (("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+             ("stderr", "/proc/self/fd/2"), ("fd", "/proc/self/fd"), ("core", "/proc/kcore"),
+             ("ptmx", "pts/ptmx"))
 
 
 class Changed(Exception):
@@ -128,15 +135,20 @@ def attach(tree: int, target: int) -> None:
 
 
 def tmpfs(read_only: bool, mode: str = "0755") -> int:
-    fs = _syscall(SYS_FSOPEN, "tmpfs", b"tmpfs", ctypes.c_uint(1))
+    attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_RDONLY if read_only else 0)
+    return filesystem("tmpfs", {"mode": mode, "size": "1m"}, attrs)
+
+
+def filesystem(kind: str, options: dict[str, str], attrs: int) -> int:
+    """A new, detached mount of a fresh ``kind`` file system."""
+    fs = _syscall(SYS_FSOPEN, kind, kind.encode(), ctypes.c_uint(1))
     try:
-        for key, value in ((b"mode", mode.encode()), (b"size", b"1m")):
-            _syscall(SYS_FSCONFIG, "tmpfs", ctypes.c_int(fs), ctypes.c_uint(FSCONFIG_SET_STRING),
-                     key, value, ctypes.c_int(0))
-        _syscall(SYS_FSCONFIG, "tmpfs", ctypes.c_int(fs), ctypes.c_uint(FSCONFIG_CMD_CREATE),
+        for key, value in options.items():
+            _syscall(SYS_FSCONFIG, kind, ctypes.c_int(fs), ctypes.c_uint(FSCONFIG_SET_STRING),
+                     key.encode(), value.encode(), ctypes.c_int(0))
+        _syscall(SYS_FSCONFIG, kind, ctypes.c_int(fs), ctypes.c_uint(FSCONFIG_CMD_CREATE),
                  None, None, ctypes.c_int(0))
-        attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_RDONLY if read_only else 0)
-        return _syscall(SYS_FSMOUNT, "tmpfs", ctypes.c_int(fs), ctypes.c_uint(1),
+        return _syscall(SYS_FSMOUNT, kind, ctypes.c_int(fs), ctypes.c_uint(1),
                         ctypes.c_uint(attrs))
     finally:
         os.close(fs)
@@ -269,6 +281,43 @@ class Stage:
                 self._make("/" + own, is_dir=True)
             set_attr(self.root, MOUNT_ATTR_RDONLY, recursive=False)
 
+    def dev(self) -> None:
+        """The sandbox's ``/dev``, as bubblewrap's ``--dev`` makes it: a fresh tmpfs holding
+        the host's null, zero, full, random, urandom and tty (each bound from the host's, and
+        the terminal of its stdout as ``console``), a devpts of its own with ``ptmx`` leading
+        into it, ``shm``, and the links to ``/proc``. Made here, by descriptor in a tmpfs no
+        one else reaches yet, rather than by bubblewrap: there each of its binds reads the
+        whole mount table back and parses it (its namespace holds the host's mounts, and the
+        staged root's twice), measured ~4 ms of a 12 ms workspace-write start, against a
+        fraction of one here. After `finish`, so that the devices are not made nodev;
+        bubblewrap takes the staged root with ``--dev-bind``, and changes nothing of it."""
+        # As bubblewrap's (its source named so, and no size: shm is written there).
+        dev = filesystem("tmpfs", {"source": "tmpfs", "mode": "0755"},
+                         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+        target = self._target("/dev", True)
+        if target is None:
+            raise Changed("/dev is missing")
+        attach(dev, target)
+        nodes = list(DEVICES)
+        try:  # bubblewrap's console: the terminal it was started on, if any
+            nodes.append((os.ttyname(1).lstrip("/"), "console"))
+        except OSError:
+            pass
+        for source, name in nodes:
+            node = openat2(self.host, source)
+            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o444, dir_fd=dev))
+            tree = clone_tree(node)
+            set_attr(tree, MOUNT_ATTR_NOSUID, recursive=False)
+            attach(tree, openat2(dev, name))
+        for name, leads in DEV_LINKS:
+            os.symlink(leads, name, dir_fd=dev)
+        for name in ("shm", "pts"):
+            os.mkdir(name, 0o755, dir_fd=dev)
+        pts = filesystem("devpts", {"source": "devpts", "ptmxmode": "0666", "mode": "620"},
+                         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)
+        attach(pts, openat2(dev, "pts"))
+
     def _target(self, path: str, is_dir: bool | None) -> int | None:
         """The staged ``path`` (made first in our own tmpfs), None if it vanished."""
         if self.made_root:
@@ -387,5 +436,6 @@ def build(plan: list[str]) -> None:
         operation, path, access = ops[index:index + 3]
         OPS[operation](stage, path, access)
     stage.finish()
+    stage.dev()
     fresh_keyring()
 

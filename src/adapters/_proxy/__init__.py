@@ -11,7 +11,7 @@ process); `_side` and `_relay`: one socket's bounded queue, and two of them move
 clients; `_udp`: UDP ASSOCIATE; with transparent TCP, `_transparent` for the connections a
 process's namespace redirects to the room and `_dns` (over `_dns_wire`, DNS's bytes, sans-I/O)
 for the synthetic addresses that keep their names. It imports no other room, only the shared
-`_loop` and the core's `Question`.
+`_loop`, `backends` (its `Refused`) and the core's `Question`.
 """
 
 

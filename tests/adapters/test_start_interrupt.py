@@ -46,6 +46,18 @@ def launch(launcher: str, port: int) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
+SOURCES = (str(Path(__file__).resolve().parents[2] / "src"),)
+IN_PYTHONS_START = 0  # what `ended_quietly` says of a Ctrl-C that came before execproto ran
+
+
+def interpreters_own(err: str) -> bool:
+    """Whether ``err`` is Python's traceback of an interrupted interpreter start (its `site`,
+    finding the module): no frame of execproto's source in it, none of it in reach."""
+    return "Traceback" in err and not any(
+        line.strip().startswith(f'File "{source}') for source in SOURCES
+        for line in err.splitlines())
+
+
 def ended_quietly(process: subprocess.Popen[str], when: str) -> int:
     try:
         _, err = process.communicate(timeout=30)
@@ -53,6 +65,8 @@ def ended_quietly(process: subprocess.Popen[str], when: str) -> int:
         process.kill()
         process.communicate()
         raise AssertionError(f"SIGINT {when}: still running after 30 s") from None
+    if interpreters_own(err):  # a loaded machine: the delay fell in the interpreter's start
+        return IN_PYTHONS_START
     assert process.returncode in (-signal.SIGINT, 130), (when, process.returncode, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, (when, err)
     return process.returncode
@@ -71,11 +85,18 @@ def sigint_caught(pid: int) -> bool:
 def test_ctrl_c_at_any_moment_of_the_start_is_quiet(launcher: str, silent_port: int) -> None:
     delays = DELAYS if launcher == "script" else DELAYS[::3]
     for delay in delays:
-        process = launch(launcher, silent_port)
-        time.sleep(delay)
-        assert process.poll() is None, f"exited before {delay} s: {process.communicate()}"
-        process.send_signal(signal.SIGINT)
-        ended_quietly(process, f"after {delay} s")
+        # Where the machine is so loaded that the delay falls in Python's own start, out of
+        # execproto's reach, the same moment is tried later (a few times, bounded): the test
+        # means the same on a busy machine as on an idle one.
+        for late in (0.0, 0.25, 0.5, 1.0):
+            process = launch(launcher, silent_port)
+            time.sleep(delay + late)
+            assert process.poll() is None, f"exited before {delay} s: {process.communicate()}"
+            process.send_signal(signal.SIGINT)
+            if ended_quietly(process, f"after {delay + late} s") != IN_PYTHONS_START:
+                break
+        else:
+            raise AssertionError(f"the interpreter's start outlasted {delay + late} s")
 
 
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))

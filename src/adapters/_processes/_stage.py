@@ -170,6 +170,7 @@ class Stage:
         self.blank = _blank_file(at) if masks_files else None
         attach(tree, at)  # over the blank file's tmpfs, if any: bubblewrap binds the top one
         self.root = tree  # the attached tree's root: every destination is resolved beneath it
+        self.empty: int | None = None  # the placeholders' tmpfs, once one is made
 
     def bind(self, path: str, access: str) -> None:
         try:
@@ -255,7 +256,11 @@ class Stage:
                 here = openat2(self.root, directory.lstrip("/"))
                 attach(clone_tree(here), here)
             target = openat2(self.root, path.lstrip("/"))
-        attach(tmpfs(read_only=True, mode="0555"), target)
+        if self.empty is None:  # one empty read-only tmpfs, bound at every placeholder
+            self.empty = tmpfs(read_only=True, mode="0555")
+            attach(self.empty, target)  # attached, so that it can be cloned (a detached
+            return  # mount cannot be, on every kernel)
+        attach(clone_tree(self.empty), target)
 
     def link(self, path: str, target: str) -> None:
         """The host's symlink at ``path``, made again in our own tmpfs (its directory made
@@ -305,11 +310,10 @@ class Stage:
             pass
         for source, name in nodes:
             node = openat2(self.host, source)
-            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, 0o444, dir_fd=dev))
-            tree = clone_tree(node)
-            set_attr(tree, MOUNT_ATTR_NOSUID, recursive=False)
-            attach(tree, openat2(dev, name))
+            made = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
+                           | os.O_CLOEXEC, 0o444, dir_fd=dev)
+            attach(clone_tree(node), made)
+            os.close(made)
         for name, leads in DEV_LINKS:
             os.symlink(leads, name, dir_fd=dev)
         for name in ("shm", "pts"):
@@ -317,6 +321,7 @@ class Stage:
         pts = filesystem("devpts", {"source": "devpts", "ptmxmode": "0666", "mode": "620"},
                          MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)
         attach(pts, openat2(dev, "pts"))
+        set_attr(dev, MOUNT_ATTR_NOSUID)  # the devices' binds, all at once
 
     def _target(self, path: str, is_dir: bool | None) -> int | None:
         """The staged ``path`` (made first in our own tmpfs), None if it vanished."""

@@ -38,6 +38,8 @@ from ._policy import PathRule, Policy
 
 # The target of the symlink at a path with no symlink in it, or None where there is none.
 Readlink = Callable[[str], "str | None"]
+# Each of some caps at its real path, those that lead nowhere (a loop) left out.
+FollowCaps = Callable[[Sequence[PathRule]], "list[PathRule]"]
 # Links followed for one path before it is given up as a loop (Linux's own bound).
 MAX_LINKS = 40
 
@@ -94,7 +96,7 @@ def _walk(path: str, todo: list[str], real: str, links: int, readlink: Readlink,
 
 
 def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None,
-           reading: bool = False) -> Policy:
+           reading: bool = False, follow_caps: FollowCaps | None = None) -> Policy:
     """``policy``'s rules at their real paths, a planted link followed only as far as the
     module's docstring says (raises `PlantedLink` where a write grant would leave). Not
     narrowed by ``floor``: the caller does that, once it knows which paths exist.
@@ -103,7 +105,10 @@ def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None,
     The caps that hold to read then count only where they change that: where a planted
     link's rule is kept or not by whether its target is writable. Elsewhere they only take
     write away, and following each of the server's own files through its links would be
-    most of the cost. What is raised is the same either way."""
+    most of the cost. What is raised is the same either way.
+
+    ``follow_caps``: the caps at their real paths from a caller that resolves them anyway
+    (the adapter's walk of the ways to them), in place of `_followed_caps`' own walk."""
     readlink = _once_each(readlink)
     writable = _writable(policy, readlink, floor)
     followed = []
@@ -118,7 +123,8 @@ def pinned(policy: Policy, readlink: Readlink, floor: Policy | None = None,
     if reading and not (any(planted is not None for _, _, planted in followed) and any(
             rule.access == "write" for rule, _, planted in followed if planted is None)):
         held = tuple(cap for cap in held if cap.access != "read")
-    caps = [*held, *_followed_caps(held, readlink)]
+    caps = [*held, *(_followed_caps(held, readlink) if follow_caps is None
+                     else follow_caps(held))]
     trusted = Policy.of([PathRule(path=real, access=rule.access)
                          for rule, real, planted in followed if planted is None], policy.network,
                         caps=caps)

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from execproto import Policy, SpawnSpec
+from execproto._links import _followed_caps
 from execproto.adapters._processes import _bwrap, _posix, _zygote
-from execproto.policy import PathRule
+from execproto.policy import PathRule, pinned
 
 from .sandboxes import needs_bwrap
 
@@ -85,3 +86,26 @@ def test_the_ways_resolve_as_the_kernel_does(tmp_path: Path) -> None:
         assert ways.met[str(tmp_path / name)] == target, name
     assert str(tmp_path / "a") in ways.directories
 
+
+
+def test_the_ways_follow_the_caps_as_pinned_does(tmp_path: Path) -> None:
+    """`_Ways.followed`, which `pinned` takes in place of its own walk of the caps, gives the
+    caps' real paths as `pinned`'s own walk does, through every shape of link above; and a
+    policy pinned either way is the same."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f").write_text("")
+    links = {"up": "a/b/..", "abs": str(tmp_path / "a"), "chain": "abs/b", "via": "chain/../b",
+             "loop": "loop2", "loop2": "loop", "dangling": "nowhere/x"}
+    for name, target in links.items():
+        (tmp_path / name).symlink_to(target)
+    names = ("up/b/f", "abs/b/f", "chain/f", "via/f", "a/b/missing", "abs/missing/x",
+             "loop/f", "dangling", "a", "a/b/f", "chain/../up")
+    caps = [PathRule(path=os.path.normpath(f"{tmp_path}/{name}"), access=access)
+            for name in names for access in ("read", "none")]
+    ways = _bwrap._Ways(_posix.readlink)
+    assert ways.followed(caps) == _followed_caps(caps, _posix.readlink)
+    policy = Policy.of([PathRule(path="/", access="read"),
+                        PathRule(path=str(tmp_path), access="write")], False).capped(
+        [cap.path for cap in caps], "read")
+    assert (pinned(policy, _posix.readlink, follow_caps=_bwrap._Ways(_posix.readlink).followed)
+            == pinned(policy, _posix.readlink))

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Protocol
 
@@ -222,6 +222,16 @@ class _Ways:
             return None
         except RecursionError:  # links leading ever deeper: nothing a host has
             raise CannotEnforce(f"{path} is too deep to resolve") from None
+
+    def followed(self, caps: Sequence[PathRule]) -> list[PathRule]:
+        """Each of ``caps`` at its real path, those that lead nowhere left out: what
+        `pinned` would walk for them again (`follow_caps`)."""
+        found = []
+        for cap in caps:
+            real = self.real(cap.path)
+            if real is not None:
+                found.append(PathRule(path=real, access=cap.access))
+        return found
 
     def _resolved(self, path: str) -> str:
         real = self._real.get(path)
@@ -579,7 +589,7 @@ class Sandbox:
             self._ways.real(cap.path)
         try:
             real = pinned(Policy.of([*policy.rules, *matched], policy.network, caps=caps),
-                          self._readlink, self._floor)
+                          self._readlink, self._floor, follow_caps=self._ways.followed)
         except PlantedLink as exc:
             raise CannotEnforce(str(exc)) from None
         rules = []

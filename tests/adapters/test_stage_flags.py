@@ -110,3 +110,15 @@ def _dev(said: str) -> tuple[str, list[tuple[str, ...]], str]:
             dash = fields.index("-")
             found.append((fields[4], fields[5], *fields[dash + 1:]))
     return entries, found, used
+
+
+def test_the_kernel_knobs_are_read_only_in_either_kind_of_sandbox(tmp_path: Path) -> None:
+    """/proc/sys, /proc/fs (ours), /proc/irq and /proc/bus (bubblewrap's own `--proc`)."""
+    script = "grep -E ' /proc/(sys|fs|irq|bus) ' /proc/self/mountinfo | cut -d' ' -f5,6"
+    for policy in (_workspace(tmp_path), Policy.of([PathRule(path="/", access="read")], False)):
+        status, said = _run(policy, script)
+        assert status == 0, said
+        knobs = {point: set(flags.split(",")) for point, flags in map(str.split, said.splitlines())
+                 if point}
+        assert set(knobs) == {"/proc/sys", "/proc/fs", "/proc/irq", "/proc/bus"}, said
+        assert all("ro" in flags for flags in knobs.values()), said

@@ -106,8 +106,12 @@ class _Runner:
 DIRECT_ROOT = {"read": ("--ro-bind", "/", "/"), "write": ("--bind", "/", "/"), "none": ()}
 # Always the sandbox's own, fresh in each: rules beneath these are not mounted.
 OWN = ("/proc", "/dev")
-# Kernel knobs in a fresh /proc that would change the host, kept read-only.
-PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+# Kernel knobs in a fresh /proc that would change the host, kept read-only. Bubblewrap's
+# `--proc` binds its /proc/irq and /proc/bus read-only itself, wherever it could write them
+# (every version: unconditionally in older ones, after `access(W_OK)` in newer; the sandbox's
+# processes, with no capabilities, can write no more than it could). Each bind here has
+# bubblewrap read the whole mount table back.
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs")
 # Files in a fresh /proc that list the host's keys (every key the user may view, the server's
 # included, whatever the keyring): covered, as keyctl is filtered.
 PROC_HIDDEN = ("/proc/keys", "/proc/key-users")

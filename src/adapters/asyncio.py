@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._serving._driver import CoreFailed
+from ._serving._failure import CoreFailed
 from ._serving._serve import Options, Server
 from ._wire._peer import HIGH_WATER, LOW_WATER, StdioPeer
 from ._wire._sockwriter import SocketWriter

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from ._serving._driver import CoreFailed
+from ._serving._failure import CoreFailed
 from ._serving._serve import Options, Server
 from ._wire._peer import Peer, WaterMarks
 from ._wire._sockwriter import Buffer, advance, batch, send_all

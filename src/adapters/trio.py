@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from ._serving._driver import CoreFailed
+from ._serving._failure import CoreFailed
 from ._serving._serve import Options, Server
 from ._wire._peer import Peer, WaterMarks
 from ._wire._sockwriter import Buffer, advance, batch

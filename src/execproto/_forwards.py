@@ -20,21 +20,15 @@ import binascii
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._config import Config, Host
 from ._errors import INTERNAL_ERROR, LocalProtocolError, RpcError, invalid_request
-from ._forward_stream import WINDOW_BYTES, WINDOW_CHUNKS, ForwardStream, Phase
-from ._jsonrpc import Id, encode_notification
-from ._session import Connection, Session
-from ._state import CoreState
-from .actions import (
+from ._forward_actions import (
     CloseForward,
     OpenForward,
     PauseForward,
     ResumeForward,
-    Send,
     WriteForward,
 )
-from .events import (
+from ._forward_events import (
     ForwardConnected,
     ForwardEnded,
     ForwardFailed,
@@ -42,13 +36,15 @@ from .events import (
     ForwardUnrouted,
     ForwardWritten,
 )
+from ._forward_stream import WINDOW_BYTES, WINDOW_CHUNKS, ForwardStream, Phase
+from ._jsonrpc import Id, encode_notification
+from ._session import Connection, Session
+from ._state import CoreState
+from .actions import Send
 
 if TYPE_CHECKING:
     from . import _forward_params as params
 
-METHODS = ("forward/open", "forward/write", "forward/ack", "forward/close")
-EVENTS = (ForwardConnected, ForwardUnrouted, ForwardFailed, ForwardReceived, ForwardEnded,
-          ForwardWritten)
 _DATA = b'{"jsonrpc":"2.0","method":"forward/data","params":{"streamId":'
 
 
@@ -63,16 +59,25 @@ def _parser(name: str) -> Callable[[Any], Any]:
     return parse
 
 
-class ForwardHandlers(CoreState):
-    def __init__(self, config: Config, host: Host) -> None:
-        super().__init__(config, host)
+class Forwarding:
+    """The forwarded streams of one core, made at its first ``forward/*`` call or forward
+    event (`ServerCore`): with its module, events and actions, which no start pays for. It
+    keeps the streams, and answers and emits through the core's own state."""
+
+    def __init__(self, core: CoreState) -> None:
+        self.core = core
+        self.config = core.config
         self._forwards: dict[int, ForwardStream] = {}  # by the core's handle
         self._forward_ids: dict[tuple[int, int], int] = {}  # (conn, streamId) -> handle
         self._forward_next: dict[int, int] = {}  # conn -> its next streamId
         self._next_stream = 1
         self._forward_total = 0  # bytes asked to be written, all streams
+        # What it answers and emits goes into the actions of the core's call under way.
+        self._emit = core._emit
+        self._respond = core._respond
+        self._fail = core._fail
 
-    def _forward_methods(self) -> dict[str, tuple[Callable[[Any], Any], Callable[..., None]]]:
+    def methods(self) -> dict[str, tuple[Callable[[Any], Any], Callable[..., None]]]:
         return {
             "forward/open": (_parser("forward_open"), self._forward_open),
             "forward/write": (_parser("forward_write"), self._forward_write),
@@ -80,7 +85,7 @@ class ForwardHandlers(CoreState):
             "forward/close": (_parser("forward_close"), self._forward_close),
         }
 
-    def _forward_event_handlers(self) -> dict[type, Callable[[Any], None]]:
+    def event_handlers(self) -> dict[type, Callable[[Any], None]]:
         return {ForwardConnected: self._on_forward_connected,
                 ForwardUnrouted: self._on_forward_unrouted,
                 ForwardFailed: self._on_forward_failed,
@@ -88,7 +93,7 @@ class ForwardHandlers(CoreState):
                 ForwardEnded: self._on_forward_ended,
                 ForwardWritten: self._on_forward_written}
 
-    def _issued_stream(self, event: Any) -> None:
+    def issued_stream(self, event: Any) -> None:
         """A handle the core never issued is the adapter's bug; one it forgot is expected
         (the adapter may have queued its events before it carried out the close)."""
         if event.stream not in self._forwards and not 0 < event.stream < self._next_stream:
@@ -100,7 +105,7 @@ class ForwardHandlers(CoreState):
                       p: params.OpenParams) -> None:
         target = session
         if p.session_id is not None and p.session_id != session.session_id:
-            found = self._sessions.get(p.session_id)
+            found = self.core._sessions.get(p.session_id)
             if found is None:
                 raise invalid_request(f"unknown session id {p.session_id}")
             target = found
@@ -235,14 +240,14 @@ class ForwardHandlers(CoreState):
     # -- what follows ---------------------------------------------------------------------------
 
     def _sync_forward(self, stream: ForwardStream) -> None:
-        c = self._conns.get(stream.conn)
+        c = self.core._conns.get(stream.conn)
         change = stream.pause_change(c is not None and c.blocked)
         if change is True:
             self._emit(PauseForward(stream=stream.stream))
         elif change is False:
             self._emit(ResumeForward(stream=stream.stream))
 
-    def _forwards_blocked(self, conn: int) -> None:
+    def blocked(self, conn: int) -> None:
         """The connection's sending blocked or drained: pause or resume its streams."""
         for stream in list(self._forwards.values()):
             if stream.conn == conn:
@@ -280,18 +285,18 @@ class ForwardHandlers(CoreState):
                 "streamId": stream.stream_id,
                 "error": None if error is None else error.message})))
 
-    def _forwards_closed(self, conn: int) -> None:
+    def closed(self, conn: int) -> None:
         """The connection closed: its streams go, and nobody is told."""
         for stream in [s for s in self._forwards.values() if s.conn == conn]:
             self._forget_stream(stream)
         self._forward_next.pop(conn, None)
 
-    def _forwards_ended(self, session_id: str) -> None:
+    def ended(self, session_id: str) -> None:
         """The session ended, and its network with it: the streams into it close."""
         for stream in [s for s in self._forwards.values() if s.session_id == session_id]:
             self._end_stream(stream, invalid_request(f"session {session_id} has ended"))
 
-    def _forwards_stopped(self) -> None:
+    def stopped(self) -> None:
         """The server stops: every stream goes (their connections are closing)."""
         for stream in list(self._forwards.values()):
             self._forget_stream(stream)

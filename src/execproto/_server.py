@@ -8,7 +8,7 @@ actions, which is what lets a recorded trace be replayed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -21,14 +21,12 @@ from ._errors import (
     RpcError,
     invalid_request,
 )
-from ._forwards import EVENTS as FORWARD_EVENTS
-from ._forwards import ForwardHandlers
 from ._jsonrpc import Id
 from ._lifecycle import Do, SessionInput, Timer, may_hold
 from ._processes import ProcessHandlers
 from ._proxying import ProxyHandlers
 from ._records import Record
-from ._services import parse_fs, parse_http
+from ._services import parse_fs
 from ._session import Connection, Greeting, Handshake, Session
 from ._stats import Stats
 from ._watches import WatchHandlers
@@ -40,9 +38,6 @@ from .events import (
     Event,
     FinalizeFailed,
     FsCompleted,
-    HttpBodyReceived,
-    HttpFinished,
-    HttpResponded,
     MessageReceived,
     MissingChanged,
     OutputReceived,
@@ -57,6 +52,10 @@ from .events import (
     StreamClosed,
     Tick,
 )
+
+if TYPE_CHECKING:
+    from ._forwards import Forwarding
+    from ._http_service import HttpService
 
 Handler = Callable[[Connection, Session, Id, Any], None]
 
@@ -99,11 +98,23 @@ _FS_METHODS = (
 # Bytes a message may have before the connection's initialize: its own is a few hundred.
 MAX_BEFORE_INITIALIZE = 64 << 10
 
+FORWARD_METHODS = ("forward/open", "forward/write", "forward/ack", "forward/close")
+# The families few clients use: forwarding and http/request. Each is made at its first call, or
+# at its first event (a replayed trace's), when its handlers (`_forwards`, `_http_service`) and
+# the classes of its events and actions are loaded: by family, its methods and the module of
+# its events.
+LATER: dict[str, tuple[tuple[str, ...], str]] = {
+    "forwards": (FORWARD_METHODS, "._forward_events"),
+    "http": (("http/request",), "._http_events"),
+}
+_FAMILY_OF_METHOD = {method: family for family, (methods, _) in LATER.items()
+                     for method in methods}
+_FAMILY_OF_EVENTS = {__package__ + events: family for family, (_, events) in LATER.items()}
+
 # The methods execproto serves beyond the reference's, named in every initialize answer under
 # "execproto" (a field the Codex client ignores), so that a client can tell before it calls one
 # (the reference answers each with -32601).
-EXTENSIONS = ("process/ack", "process/resize", "forward/open", "forward/write", "forward/ack",
-              "forward/close")
+EXTENSIONS = ("process/ack", "process/resize", *FORWARD_METHODS)
 
 # Seconds a connection keeps its place however many come after it: an honest client sends
 # initialize one round trip after its upgrade; a client's that never does are the first to go.
@@ -114,7 +125,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers):
+class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
     """The exec-server protocol. Drive it with `handle`; sleep until `next_deadline`."""
 
     def __init__(self, config: Config | None = None, host: Host | None = None) -> None:
@@ -127,6 +138,11 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers)
         super().__init__(config, host)
         self._shutting_down = False
         self._error: BaseException | None = None
+        # The `LATER` families, made at their first need (`_later`).
+        self._forwarding: Forwarding | None = None
+        self._http: HttpService | None = None
+        # The reference checks of the events of a family made later (forwarding's).
+        self._later_references: dict[type, Callable[[Any], None]] = {}
         self._event_handlers: dict[type, Callable[[Any], None]] = {
             ConnectionOpened: self._on_connection_opened,
             MessageReceived: self._on_message,
@@ -142,14 +158,10 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers)
             FinalizeFailed: self._on_finalize_failed,
             FsCompleted: self._on_fs_completed,
             MissingChanged: self._on_missing_changed,
-            HttpResponded: self._on_http_responded,
-            HttpBodyReceived: self._on_http_body,
-            HttpFinished: self._on_http_finished,
             Shutdown: self._on_shutdown,
             Drain: self._on_drain,
             ProxyAsked: self._on_proxy_asked,
             Tick: self._on_tick,
-            **self._forward_event_handlers(),
         }
         self._methods: dict[str, Method] = {
             "process/start": Method("exec", _params.start, self._process_start),
@@ -163,7 +175,6 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers)
                                        self._environment_info),
             "environment/status": Method("environment status", _host_params.unit,
                                          self._environment_status),
-            "http/request": Method("http", parse_http, self._http_run),
             **{name: _fs_method(name, self._fs_run) for name in _FS_METHODS},
             "fs/watchMissing": Method("filesystem", _fs_params.watch_missing,
                                       self._watch_missing),
@@ -176,11 +187,9 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers)
             "capabilityRoots/discoverV1": _host_method(
                 "capability discovery", "capabilityRoots/discoverV1", _host_params.discover_v1,
                 self._fs_run),
-            **{name: Method("forward", parse, run)
-               for name, (parse, run) in self._forward_methods().items()},
         }
-        # Counted by method (these, initialize, or "other"): see `_stats`.
-        self.stats = Stats(frozenset(self._methods) | {"initialize"})
+        # Counted by method (these, the `LATER` families', initialize, or "other"): `_stats`.
+        self.stats = Stats(frozenset(self._methods) | {*_FAMILY_OF_METHOD, "initialize"})
         # What to do when a deadline passes, called with the subject of its key.
         self._timer_handlers: dict[Timer, Callable[..., None]] = {
             Timer.READ: self._on_read_due,
@@ -214,10 +223,9 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers)
             raise
 
     def _handle(self, event: Event, now: float) -> list[Action]:
-        try:
-            handler = self._event_handlers[type(event)]
-        except KeyError:
-            raise LocalProtocolError(f"not an event: {type(event).__name__}") from None
+        handler = self._event_handlers.get(type(event))
+        if handler is None:
+            handler = self._later_handler(event)
         self._check_references(event)
         self._now = now
         self._actions = []
@@ -235,6 +243,39 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers)
         check = _REFERENCES.get(type(event))
         if check is not None:
             check(self, event)
+        elif (later := self._later_references.get(type(event))) is not None:
+            later(event)
+
+    def _later_handler(self, event: Event) -> Callable[[Any], None]:
+        """The handler of an event of a `LATER` family's, which is made for it if it was not
+        yet (an event for a call the core never made is refused all the same, by its check);
+        anything else is no event."""
+        family = _FAMILY_OF_EVENTS.get(type(event).__module__)
+        if family is not None:
+            self._later(family)
+            handler = self._event_handlers.get(type(event))
+            if handler is not None:
+                return handler
+        raise LocalProtocolError(f"not an event: {type(event).__name__}")
+
+    def _later(self, family: str) -> None:
+        """Make the `LATER` family ``family`` if it was not yet: its module, events and actions
+        are loaded now, and its methods and event handlers join the core's."""
+        if family == "forwards" and self._forwarding is None:
+            from ._forwards import Forwarding
+
+            forwarding = self._forwarding = Forwarding(self)
+            handlers = forwarding.event_handlers()
+            self._event_handlers.update(handlers)
+            self._later_references.update(dict.fromkeys(handlers, forwarding.issued_stream))
+            self._methods.update({name: Method("forward", parse, run)
+                                  for name, (parse, run) in forwarding.methods().items()})
+        elif family == "http" and self._http is None:
+            from ._http_service import HttpService, parse_http
+
+            http = self._http = HttpService(self)
+            self._event_handlers.update(http.event_handlers())
+            self._methods["http/request"] = Method("http", parse_http, http.run)
 
     def _not_yet_open(self, event: ConnectionOpened) -> None:
         if event.conn in self._conns:
@@ -354,7 +395,8 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers)
 
     def _on_shutdown(self, event: Shutdown) -> None:
         self._shutting_down = True
-        self._forwards_stopped()
+        if self._forwarding is not None:
+            self._forwarding.stopped()
         for c in list(self._conns.values()):
             if not c.closing:
                 self._close_connection(c, "server shutting down", CloseCode.GOING_AWAY)
@@ -369,7 +411,8 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers)
         self._drop_ops(c)
         self._connection_watches_closed(c)
         self._asks_closed(c.conn)
-        self._forwards_closed(c.conn)
+        if self._forwarding is not None:
+            self._forwarding.closed(c.conn)
         session = c.session
         if session is not None:
             session.detached_at = self._now
@@ -445,6 +488,9 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers)
                 raise
             return
         method = self._methods.get(method_name)
+        if method is None and method_name in _FAMILY_OF_METHOD:
+            self._later(_FAMILY_OF_METHOD[method_name])
+            method = self._methods.get(method_name)
         if method is None:
             raise RpcError(
                 METHOD_NOT_FOUND, f"exec-server stub does not implement `{method_name}` yet"
@@ -507,14 +553,16 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers)
         c.blocked = True
         if c.session is not None:
             self._sync_session(c.session)
-        self._forwards_blocked(c.conn)
+        if self._forwarding is not None:
+            self._forwarding.blocked(c.conn)
 
     def _on_send_drained(self, event: SendDrained) -> None:
         c = self._connection(event.conn)
         c.blocked = False
         if c.session is not None:
             self._sync_session(c.session)
-        self._forwards_blocked(c.conn)
+        if self._forwarding is not None:
+            self._forwarding.blocked(c.conn)
 
     # -- time -----------------------------------------------------------------------------------
 
@@ -535,7 +583,8 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers, ForwardHandlers)
     def _on_session_expired(self, session_id: str) -> None:
         session = self._sessions.pop(session_id)
         self._carry_out_session(session, session.life.event(SessionInput.EXPIRED))
-        self._forwards_ended(session_id)
+        if self._forwarding is not None:
+            self._forwarding.ended(session_id)
         self._emit(EndSession(session_id=session_id))
 
     # -- session follow-ups ---------------------------------------------------------------------
@@ -590,4 +639,3 @@ _REFERENCES: dict[type, Callable[[ServerCore, Any], None]] = {
     StreamClosed: ServerCore._open_stream,
     StdinWritten: ServerCore._issued_process,
 }
-_REFERENCES.update(dict.fromkeys(FORWARD_EVENTS, ServerCore._issued_stream))

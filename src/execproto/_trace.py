@@ -21,7 +21,17 @@ from typing import Any
 
 import attrs
 
-from . import _netproxy, _policy, _snapshot, actions, events
+from . import (
+    _forward_actions,
+    _forward_events,
+    _http_actions,
+    _http_events,
+    _netproxy,
+    _policy,
+    _snapshot,
+    actions,
+    events,
+)
 from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError
 from ._redact import Redactor, spawn_filler
@@ -35,7 +45,8 @@ VERSION = 1
 
 _TYPES: dict[str, type] = {
     cls.__name__: cls
-    for module in (events, actions, _policy, _netproxy, _snapshot)
+    for module in (events, actions, _forward_events, _forward_actions, _http_events,
+                   _http_actions, _policy, _netproxy, _snapshot)
     for cls in vars(module).values()
     if isinstance(cls, type) and attrs.has(cls)
 }

@@ -1,14 +1,15 @@
 """Actions: what the adapter must do, in the order `ServerCore.handle` returns them.
 
 Every action is an instance of a subclass of `Action`; `ACTION_TYPES` lists them all, in the
-order they are defined here, and is derived from the classes below. `SpawnSpec`, `FsRequest` and
+order they are defined here (forwarding's last, from `_forward_actions`, made at their first
+use), and is derived from the classes. `SpawnSpec`, `FsRequest` and
 `HttpRequest` are not actions but what `Spawn`, `RunFs` and `RunHttp` carry.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -285,100 +286,41 @@ class Unwatch(Action):
     watch: int
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class HttpRequest(Record):
-    """A validated ``http/request``: an http or https ``url`` and an HTTP ``method`` token.
+# The actions of the families few clients use are made at their first use, as their events
+# are (see `events`): each is found in its module when it is first asked for here.
+_LATER = {
+    **dict.fromkeys(("CloseForward", "ForwardRoute", "OpenForward", "PauseForward",
+                     "ResumeForward", "WriteForward"), "_forward_actions"),
+    **dict.fromkeys(("CancelHttp", "HttpRequest", "RunHttp"), "_http_actions"),
+}
 
-    ``timeout_ms`` None: no timeout. ``stream_response``: the body comes as `HttpBodyReceived`
-    events after `HttpResponded`, rather than in it.
-    """
+if TYPE_CHECKING:
+    from ._forward_actions import CloseForward as CloseForward
+    from ._forward_actions import ForwardRoute as ForwardRoute
+    from ._forward_actions import OpenForward as OpenForward
+    from ._forward_actions import PauseForward as PauseForward
+    from ._forward_actions import ResumeForward as ResumeForward
+    from ._forward_actions import WriteForward as WriteForward
+    from ._http_actions import CancelHttp as CancelHttp
+    from ._http_actions import HttpRequest as HttpRequest
+    from ._http_actions import RunHttp as RunHttp
 
-    method: str
-    url: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes | None
-    timeout_ms: int | None
-    stream_response: bool
-    follow_redirects: bool
-    # Headers whose value goes on with a variable of the server's own environment (the
-    # request's ``valueEnvVar``): (index into ``headers``, variable). The core has checked that
-    # the variable is allowed, set and non-empty, and that the whole value is a valid header
-    # value; the adapter reads it when it sends, so the secret is in no action or trace.
-    env_values: tuple[tuple[int, str], ...] = ()
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class RunHttp(Action):
-    """Perform an HTTP request; answer with `HttpResponded`, then (streaming) body events.
-    ``conn`` is the connection it answers on: its share of the adapter's http threads."""
-
-    op: int
-    conn: int
-    request: HttpRequest
+    # Every action class: those defined above, then those made later.
+    ACTION_TYPES: tuple[type[Action], ...]
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class CancelHttp(Action):
-    """Abandon the request ``op``: its connection closed. Events for it that are still on their
-    way are ignored."""
-
-    op: int
-
-
-# The networks a forwarded stream may be connected in (see `OpenForward`).
-ForwardRoute = Literal["session", "host"]
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class OpenForward(Action):
-    """Connect a TCP stream to ``host`` (an IP address) and ``port``: with ``route`` "session",
-    from a socket made in session ``session_id``'s network (the backend's ``session_socket``),
-    or with "host", in the server host's own network (only its loopback, which the core
-    checked). Answer with `ForwardConnected`, or `ForwardFailed`; where the backend has no
-    network for the session, `ForwardUnrouted` (and nothing is kept of ``stream``)."""
-
-    stream: int
-    session_id: str
-    host: str
-    port: int
-    route: ForwardRoute = "session"
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class WriteForward(Action):
-    """Write ``data`` to the stream's target, in order, reporting `ForwardWritten` as it is
-    taken; then, with ``eof``, shut down the stream's sending side."""
-
-    stream: int
-    data: bytes
-    eof: bool = False
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class PauseForward(Action):
-    """Stop reading the stream's target (its client has a window's worth to take)."""
-
-    stream: int
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class ResumeForward(Action):
-    """Read the stream's target again, after a `PauseForward`."""
-
-    stream: int
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class CloseForward(Action):
-    """Close the stream (connecting or not) and forget it: nothing more is reported of it."""
-
-    stream: int
-
-
-# Every action class, from the definitions above (not Action.__subclasses__(): attrs replaces
-# each class with a slotted copy, and the first one lingers there until collected).
-ACTION_TYPES: tuple[type[Action], ...] = tuple(
-    value
-    for value in list(globals().values())
-    if isinstance(value, type) and issubclass(value, Action) and value is not Action
-)
+def __getattr__(name: str) -> Any:
+    module = _LATER.get(name)
+    if module is not None:
+        # The import statement's own path, as the package's `__getattr__` takes.
+        value = getattr(__import__(f"{__package__}.{module}", fromlist=[name]), name)
+    elif name == "ACTION_TYPES":
+        # Not Action.__subclasses__(): attrs replaces a slotted class with a copy, and the
+        # first one lingers there until collected.
+        found = {**globals(), **{later: __getattr__(later) for later in _LATER}}
+        value = tuple(item for item in found.values()
+                      if isinstance(item, type) and issubclass(item, Action) and item is not Action)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # found once: from now on a plain global
+    return value

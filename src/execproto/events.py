@@ -1,8 +1,9 @@
 """Events: what happened, reported by an adapter to `ServerCore.handle`.
 
 Every event is an instance of a subclass of `Event`; `EVENT_TYPES` lists them all, in the order
-they are defined here, and is derived from the classes below, so adding an event is adding its
-class. `ServerCore.handle` refuses anything else with `LocalProtocolError`.
+they are defined here (forwarding's last: they live in `_forward_events`, made at their first
+use), and is derived from the classes, so adding an event is adding its class.
+`ServerCore.handle` refuses anything else with `LocalProtocolError`.
 
 Handles: ``conn`` is chosen by the adapter (any int unique among its open connections); ``proc``
 and ``op`` are chosen by the core, in `Spawn`, `RunFs` and `RunHttp` actions, and come back here.
@@ -10,7 +11,7 @@ and ``op`` are chosen by the core, in `Spawn`, `RunFs` and `RunHttp` actions, an
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -224,32 +225,6 @@ class MissingChanged(Event):
 
 
 @attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class HttpResponded(Event):
-    """An ``http/request`` got its status and headers (and, unless streaming, its body)."""
-
-    op: int
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes = b""
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class HttpBodyReceived(Event):
-    """A piece of a streamed response body, after `HttpResponded` and before `HttpFinished`."""
-
-    op: int
-    data: bytes
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class HttpFinished(Event):
-    """The request is over: the streamed body ended, or the request failed (``error``)."""
-
-    op: int
-    error: str | None = None
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ProxyAsked(Event):
     """Process ``proc``'s managed network proxy was asked for a connection (``question``: what
     to, resolved already). The core answers with `AnswerProxy` for the same ``ask``, at once or
@@ -260,59 +235,6 @@ class ProxyAsked(Event):
     ask: int
     question: Question
     wall: float
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class ForwardConnected(Event):
-    """The stream of an `OpenForward` is connected: its bytes may move."""
-
-    stream: int
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class ForwardUnrouted(Event):
-    """The backend gave no socket in the session's network for an `OpenForward`: the
-    session's sandboxes get no network of their own here (``network`` "none": the backend
-    said so) or the backend cannot say (``network`` "unknown": it has no
-    ``session_socket``). ``listening``: the TCP ports the server's own process listens on,
-    which a stream on the host's loopback must never reach. Nothing is kept of the stream."""
-
-    stream: int
-    network: Literal["none", "unknown"]
-    listening: tuple[int, ...] = ()
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class ForwardFailed(Event):
-    """The stream could not connect, or broke (``error``, the OS's words: "Connection refused
-    (os error 111)"). It is closed and forgotten already."""
-
-    stream: int
-    error: str
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class ForwardReceived(Event):
-    """Bytes the stream's target sent."""
-
-    stream: int
-    data: bytes
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class ForwardEnded(Event):
-    """The stream's target sent EOF: no `ForwardReceived` follows."""
-
-    stream: int
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class ForwardWritten(Event):
-    """``size`` more bytes of the `WriteForward` actions reached the target's socket, in
-    order, never more than was asked."""
-
-    stream: int
-    size: int
 
 
 @attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
@@ -338,10 +260,42 @@ class Tick(Event):
     """A deadline from `ServerCore.next_deadline` may have passed. Harmless at any time."""
 
 
-# Every event class, from the definitions above (not Event.__subclasses__(): attrs replaces
-# each class with a slotted copy, and the first one lingers there until collected).
-EVENT_TYPES: tuple[type[Event], ...] = tuple(
-    value
-    for value in list(globals().values())
-    if isinstance(value, type) and issubclass(value, Event) and value is not Event
-)
+# The events of the families few clients use (forwarding, execproto's extension, and
+# http/request) are made at their first use, not at every start: each is found in its module
+# when it is first asked for here.
+_LATER = {
+    **dict.fromkeys(("ForwardConnected", "ForwardEnded", "ForwardFailed", "ForwardReceived",
+                     "ForwardUnrouted", "ForwardWritten"), "_forward_events"),
+    **dict.fromkeys(("HttpBodyReceived", "HttpFinished", "HttpResponded"), "_http_events"),
+}
+
+if TYPE_CHECKING:
+    from ._forward_events import ForwardConnected as ForwardConnected
+    from ._forward_events import ForwardEnded as ForwardEnded
+    from ._forward_events import ForwardFailed as ForwardFailed
+    from ._forward_events import ForwardReceived as ForwardReceived
+    from ._forward_events import ForwardUnrouted as ForwardUnrouted
+    from ._forward_events import ForwardWritten as ForwardWritten
+    from ._http_events import HttpBodyReceived as HttpBodyReceived
+    from ._http_events import HttpFinished as HttpFinished
+    from ._http_events import HttpResponded as HttpResponded
+
+    # Every event class: those defined above, then those made later.
+    EVENT_TYPES: tuple[type[Event], ...]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LATER.get(name)
+    if module is not None:
+        # The import statement's own path, as the package's `__getattr__` takes.
+        value = getattr(__import__(f"{__package__}.{module}", fromlist=[name]), name)
+    elif name == "EVENT_TYPES":
+        # Not Event.__subclasses__(): attrs replaces a slotted class with a copy, and the
+        # first one lingers there until collected.
+        found = {**globals(), **{later: __getattr__(later) for later in _LATER}}
+        value = tuple(item for item in found.values()
+                      if isinstance(item, type) and issubclass(item, Event) and item is not Event)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # found once: from now on a plain global
+    return value

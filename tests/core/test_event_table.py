@@ -3,9 +3,53 @@ exactly, so an event added there cannot go unhandled, nor a handler outlive its 
 
 from __future__ import annotations
 
-from execproto import ServerCore
-from execproto.events import EVENT_TYPES
+import subprocess
+import sys
+
+import pytest
+
+from execproto import LocalProtocolError, ServerCore
+from execproto._server import LATER
+from execproto.events import EVENT_TYPES, ForwardConnected, HttpFinished
+
+# The modules of the events of the families made at their first need (forwarding, http).
+LATER_EVENTS = {f"execproto{module}" for _, module in LATER.values()}
 
 
 def test_the_core_handles_every_event_and_nothing_else() -> None:
-    assert set(ServerCore()._event_handlers) == set(EVENT_TYPES)
+    core = ServerCore()
+    # A later family's handlers join the table at its first need (a call, or an event).
+    later = {kind for kind in EVENT_TYPES if kind.__module__ in LATER_EVENTS}
+    assert len(later) == 9
+    assert set(core._event_handlers) == set(EVENT_TYPES) - later
+    for family in LATER:
+        core._later(family)
+    assert set(core._event_handlers) == set(EVENT_TYPES)
+
+
+def test_an_event_of_a_later_family_first_is_checked_as_ever() -> None:
+    # A fresh core makes the family for the event, which names nothing the core issued.
+    core = ServerCore()
+    with pytest.raises(LocalProtocolError, match="forward stream 1 was never issued"):
+        core.handle(ForwardConnected(stream=1), 0.0)
+    core = ServerCore()
+    with pytest.raises(LocalProtocolError, match="operation 1 was never issued"):
+        core.handle(HttpFinished(op=1), 0.0)
+
+
+# The server's core, made and used for a handshake, loads nothing of the later families.
+HANDSHAKE = """
+import sys
+from execproto import ConnectionOpened, MessageReceived, ServerCore
+core = ServerCore()
+core.handle(ConnectionOpened(conn=1, session_id="s"), 0.0)
+core.handle(MessageReceived(conn=1, data=b'{"id":1,"method":"initialize","params":'
+                            b'{"clientName":"t"}}'), 0.0)
+print(sorted(name for name in sys.modules if "forward" in name or "http" in name))
+"""
+
+
+def test_a_core_that_never_forwards_nor_fetches_loads_neither() -> None:
+    done = subprocess.run([sys.executable, "-c", HANDSHAKE], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -11,30 +11,27 @@ processes (`_children`), ``fs/*`` calls (`_fs_calls`), ``http/request`` calls (`
 forwarded streams (`_forward`),
 watched paths (`_watch`), the connections (`Connections`). Each room gets the loop and
 ``feed``, and nothing of another's. The rooms few servers use (``http/request``, forwarding)
-are imported and made at their first action (`LATER`), and the core itself at its first
-event, so that a server's start pays for neither. What the rooms keep for one connection
-follows the events its peer feeds, through the reactions `Connections` runs: its fs handles,
-its calls still queued, its held fs calls.
+are imported and made at their first action (`_later`), and the core itself at its first
+event, so that a server's start pays for neither; the stop after the core failed is
+`_failure`'s. What the rooms keep for one connection follows the events its peer feeds,
+through the reactions `Connections` runs: its fs handles, its calls still queued, its held fs
+calls.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections import deque
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from execproto import (
     Action,
-    CancelHttp,
     CloseConnection,
     ConnectionClosed,
     ConnectionOpened,
     Event,
     RunFs,
-    RunHttp,
     Send,
     SendBlocked,
     SendDrained,
@@ -45,7 +42,6 @@ from execproto import (
     Unwatch,
     WatchMissing,
 )
-from execproto.actions import CloseForward, OpenForward, PauseForward, ResumeForward, WriteForward
 
 from .._files._fs import Files
 from .._files._fs_calls import FsCalls
@@ -55,41 +51,20 @@ from .._processes import _posix
 from .._processes._children import Children
 from .._wire._connections import Connections
 from ..backends import Backend, LocalBackend
+from ._failure import CLOSE_WAIT, FailureStop
+from ._later import LaterRooms
 
 if TYPE_CHECKING:
     from execproto.trace import Recorder
 
-    from .._forward._streams import Forwards
-    from .._http._http_calls import HttpCalls
-
-__all__ = ["CoreFailed", "Driver", "Loop"]
+__all__ = ["Driver", "Loop"]
 
 log = logging.getLogger("execproto")
 
 TRIM_INTERVAL = 2.0  # seconds between releases of free heap memory (a no-op trim: ~0.4 ms)
 
-# How long a stop waits, once every process is finalized, for the connections to take what is
-# queued for them and their close frames (a client that reads nothing must not hold the server
-# up). Also after the core failed.
-CLOSE_WAIT = 1.0
 
-# The rooms made at their first action, by the actions each carries out: the room's attribute
-# on the driver, and its module and class. Imported late, from the server's own package,
-# which every sandbox holds read-only (`_command._own_files`).
-LATER: dict[str, tuple[str, str, tuple[type, ...]]] = {
-    "http": ("execproto.adapters._http._http_calls", "HttpCalls", (RunHttp, CancelHttp)),
-    "forwards": ("execproto.adapters._forward._streams", "Forwards",
-                 (OpenForward, WriteForward, PauseForward, ResumeForward, CloseForward)),
-}
-
-
-class CoreFailed(Exception):
-    """The server stopped because its core raised (a bug). It is logged with its traceback by
-    then, every connection closed (1011) and every process killed; the cause is the core's
-    exception."""
-
-
-class Driver:
+class Driver(FailureStop):
     """Feeds events to the core and carries out its actions over a `Loop`."""
 
     def __init__(
@@ -125,7 +100,7 @@ class Driver:
         self._stopping = False
         self._close_waiting = self._close_waited = False  # see `_check_idle`
         self.on_idle: Callable[[], None] | None = None  # called after a drain leaves it idle
-        # What the core raised, after which the driver only stops (see `_core_failed`); the
+        # What the core raised, after which the driver only stops (see `_failure`); the
         # adapter's `on_failure` starts the same stop as SIGTERM does.
         self.failure: BaseException | None = None
         self.on_failure: Callable[[], None] | None = None
@@ -143,22 +118,21 @@ class Driver:
         })
         self.fs = FsCalls(loop, self.feed, self.files)
         self.watches = Watches(loop, self.feed, self.files.scope)
-        self._rooms: dict[str, Any] = {}  # the `LATER` rooms made so far, by attribute
-        # Which room carries out each kind of action (a `LATER` room's, once it is made).
+        self.later = LaterRooms(loop, self.feed, {"http": (self.connections.stuck,),
+                                                  "forwards": (self.children.backend,)})
+        # Which room carries out each kind of action (a `_later` room's joins once it is made).
         self._run: dict[type, Callable[[Any], None]] = {
             **self.connections.run,
             **self.fs.run,
             WatchMissing: self.watches.start,
             Unwatch: self.watches.stop,
             **self.children.run,
-            **{kind: partial(self._first, name) for name, (_, _, kinds) in LATER.items()
-               for kind in kinds},
         }
-        # Who answers for an action that raised, where someone waits on it.
+        # Who answers for an action that raised, where someone waits on it (for a `_later`
+        # room's action, its room).
         self._raised: dict[type, Callable[[Any, str], None]] = {
             Spawn: self.children.spawn_raised,
             RunFs: self.fs.raised,
-            RunHttp: lambda action, why: self.http.raised(action, why),
             Send: self.connections.raised,
             CloseConnection: self.connections.raised,
         }
@@ -177,28 +151,14 @@ class Driver:
         # A core that is no ServerCore records a trace (execproto.trace, imported only then).
         self._recorder = None if isinstance(core, ServerCore) else core
 
-    @property
-    def http(self) -> HttpCalls:
-        return self._room("http")  # type: ignore[no-any-return]
-
-    @property
-    def forwards(self) -> Forwards:
-        return self._room("forwards")  # type: ignore[no-any-return]
-
-    def _room(self, name: str) -> Any:
-        """The `LATER` room ``name``, made now if it was not yet."""
-        room = self._rooms.get(name)
-        if room is None:
-            module, kind, _ = LATER[name]
-            made = getattr(importlib.import_module(module), kind)
-            args = {"http": (self.connections.stuck,), "forwards": (self.children.backend,)}
-            room = self._rooms[name] = made(self.loop, self.feed, *args[name])
-            self._run.update(room.run)
-        return room
-
-    def _first(self, name: str, action: Action) -> None:
-        """The first action of a `LATER` room's: the room is made, and carries it out."""
-        self._room(name).run[type(action)](action)
+    def _first(self, action: Action) -> Callable[[Any], None]:
+        """What carries out an action of a kind `_run` has no room for yet: a `_later` room's
+        first, which makes the room, and its kinds join `_run`."""
+        later = self.later.run_of(action)
+        if later is None:
+            raise LookupError(f"no room carries out {type(action).__name__}")
+        self._run.update(later)
+        return later[type(action)]
 
     # -- the owner ------------------------------------------------------------------------------
 
@@ -222,7 +182,7 @@ class Driver:
                     self._trace_stopped(self._recorder)
                 for action in actions:
                     try:
-                        self._run[type(action)](action)
+                        (self._run.get(type(action)) or self._first(action))(action)
                     except Exception as exc:  # a bug, or the OS saying no: never a dead server
                         log.exception("carrying out %s failed", type(action).__name__)
                         try:
@@ -266,43 +226,11 @@ class Driver:
                   type(recorder.sink_failure).__name__, recorder.sink_failure)
         self.core = recorder.core
 
-    def _core_failed(self, event: Event, exc: Exception) -> None:
-        """The core raised: its state is unknown and it refuses every further call, so the
-        server stops. Nothing it started may outlive it: every process group is killed and
-        reaped here, every connection closed; then the adapter stops as on SIGTERM."""
-        self.failure = exc
-        self._queue.clear()
-        log.critical("the server is stopping because its core failed on %s, a bug in execproto;"
-                     " every connection is closed and every process killed",
-                     type(event).__name__, exc_info=exc)
-        if self._cancel_tick is not None:
-            self._cancel_tick()
-            self._cancel_tick = None
-        self.connections.close_all()
-        self.children.kill_all()
-        if "http" in self._rooms:
-            self.http.abandon()
-        if "forwards" in self._rooms:
-            self.forwards.close_all()
-        if self._stopping:  # failed while stopping: the stop goes on, with nothing left to do
-            self._stop_after_failure()
-        if self.on_failure is not None:
-            self.on_failure()
-
-    def _stop_after_failure(self) -> None:
-        self.loop.call_at(self.loop.now() + CLOSE_WAIT, partial(self._stopped_after_failure, True))
-        self._stopped_after_failure()
-
-    def _stopped_after_failure(self, waited: bool = False) -> None:
-        """Idle, once stopping, when the last connection is gone (its close frame sent)."""
-        if self._stopping and (waited or not self.connections) and self.on_idle is not None:
-            self.on_idle()
-
     def _failed(self, action: Action, exc: Exception) -> None:
         """An action could not be carried out: give the core the answer its request is owed,
         so no id stays taken and no client waits forever. Actions nobody waits on (a signal,
         a pause, stdin) are only logged; the process's own events still come."""
-        answer = self._raised.get(type(action))
+        answer = self._raised.get(type(action)) or self.later.raised_of(action)
         if answer is not None:
             answer(action, f"{type(exc).__name__}: {exc}")
 
@@ -332,8 +260,8 @@ class Driver:
     def _connection_gone(self, event: ConnectionClosed) -> None:
         self.files.close_connection(event.conn)
         self.fs.drop(event.conn)
-        if "http" in self._rooms:
-            self.http.drop(event.conn)
+        if (http := self.later.http) is not None:
+            http.drop(event.conn)
 
     # -- shutdown -------------------------------------------------------------------------------
 
@@ -346,19 +274,13 @@ class Driver:
             self._stop_after_failure()
             return
         self.feed(Shutdown())
-        if "http" in self._rooms:
-            self.http.cancel_all()  # the calls whose connection has not closed yet
+        if (http := self.later.http) is not None:
+            http.cancel_all()  # the calls whose connection has not closed yet
         self.children.stopping()
 
     def close(self) -> None:
         """After the stop: kill whatever the processes left running, and remove their cgroups."""
         self.fs.close()
-        if "forwards" in self._rooms:
-            self.forwards.close_all()
+        if (forwards := self.later.forwards) is not None:
+            forwards.close_all()
         self.children.close()
-
-    def raise_if_failed(self) -> None:
-        """After the stop: raise `CoreFailed` if it was the core's failure that stopped it."""
-        if self.failure is not None:
-            raise CoreFailed(f"the core failed: {type(self.failure).__name__}: "
-                             f"{self.failure}") from self.failure

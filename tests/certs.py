@@ -1,7 +1,7 @@
-"""Throwaway certificates for the TLS tests, made by the README's recipe (the openssl command
-line; the `cryptography` package is no dependency of the project) with 127.0.0.1 for the
-server's address: a CA, and a server certificate it signed for that IP. So the recipe the README
-gives operators is the one every TLS test, the Codex CLI's included, runs on."""
+"""Throwaway certificates for the TLS tests, made by docs/serving.md's recipe (the openssl command
+line; the `cryptography` package is no dependency of the project), for 127.0.0.1 as it is
+written: a CA, and a server certificate it signed for that IP. So the recipe the docs give
+operators is the one every TLS test, the Codex CLI's included, runs on."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import attrs
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+SERVING = Path(__file__).resolve().parent.parent / "docs" / "serving.md"
 WHY_MISSING = "" if shutil.which("openssl") else "the openssl command is not installed"
-RECIPE_ADDRESS = "10.0.0.5"
+RECIPE_ADDRESS = "127.0.0.1"
 
 
 @attrs.frozen
@@ -26,16 +26,17 @@ class Certs:
 
 
 def recipe() -> str:
-    """The README's commands that make the certificates (not the ``execproto serve`` after)."""
-    found = re.search(r"<!-- tls: recipe -->\n```sh\n(.*?)```", README.read_text(), re.DOTALL)
-    assert found, "the README has no TLS recipe"
-    script = found[1].split("\nexecproto serve", 1)[0]
-    assert RECIPE_ADDRESS in script
-    return script.replace(RECIPE_ADDRESS, "127.0.0.1")
+    """docs/serving.md's commands that make the certificates."""
+    found = re.search(r"<!-- tls: recipe -->\n(?:<!-- [^>]* -->\n)*```sh\n(.*?)```",
+                      SERVING.read_text(), re.DOTALL)
+    assert found, "docs/serving.md has no TLS recipe"
+    script = found[1]
+    assert f"IP:{RECIPE_ADDRESS}" in script
+    return script
 
 
 def make_certs(where: Path) -> Certs:
-    """The README's CA and server certificate, for 127.0.0.1, made in ``where``."""
+    """The docs' CA and server certificate, for 127.0.0.1, made in ``where``."""
     where.mkdir(parents=True, exist_ok=True)
     subprocess.run(["sh", "-ec", recipe()], cwd=where, check=True, capture_output=True,
                    timeout=60)

@@ -1,4 +1,5 @@
-"""The README's embedding examples, run as written: each must really serve, then stop cleanly."""
+"""The embedding examples of docs/embedding.md and the client example of docs/client.md, run as
+written: each must really serve, then stop cleanly."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 from .conftest import Server, start
 from .wsclient import Client, output_of
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 EXAMPLES = dict(
-    re.findall(r"<!-- embed: (\w+) -->\n```python\n(.*?)```", README.read_text(), re.DOTALL)
+    re.findall(r"<!-- embed: (\w+) -->\n```python\n(.*?)```", (DOCS / "embedding.md").read_text(),
+               re.DOTALL)
 )
 
 
@@ -42,8 +44,8 @@ def test_the_example_serves_and_stops(name: str) -> None:
     assert "Traceback" not in err
 
 
-CLIENT_EXAMPLE = re.findall(r"<!-- client: example -->\n```python\n(.*?)```", README.read_text(),
-                            re.DOTALL)
+CLIENT_EXAMPLE = re.findall(r"<!-- client: example -->\n```python\n(.*?)```",
+                            (DOCS / "client.md").read_text(), re.DOTALL)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

@@ -77,7 +77,7 @@ def test_a_terminate_leaves_no_descendant(kind: str) -> None:
 def test_a_sandboxed_process_cannot_leave_its_cgroup_even_with_every_path_writable() -> None:
     # Its cgroup namespace is rooted at its own cgroup and it has no capabilities, so the
     # host's cgroup files it can write (a profile granting write on `/`) move it nowhere. (An
-    # unsandboxed process running as root can leave, as it can kill the server: the README.)
+    # unsandboxed process running as root can leave, as it can kill the server: docs/serving.md.)
     if BWRAP_PROBLEM is not None:
         pytest.skip(BWRAP_PROBLEM)
     tag = str(random.randrange(10**6, 10**7))

@@ -1,4 +1,4 @@
-"""README's "What a sandboxed process gets", attacked claim by claim on a live server.
+"""docs/sandbox.md's "What a sandboxed process gets", attacked claim by claim on a live server.
 
 Each test makes the real call or runs the real command inside a sandbox and checks what came
 of it (bytes moved or not, a key listed or not, a file on the host or not), and each has a

@@ -1,4 +1,4 @@
-"""README claims about the server, each checked by its effect on a live server.
+"""Claims of docs/serving.md about the server, each checked by its effect on a live server.
 
 - TLS is 1.2 and later: a client held to TLS 1.1 fails its handshake, one held to 1.2 is
   served (also after a SIGHUP re-read of the certificate).
@@ -472,7 +472,7 @@ sys.modules[__name__] = _real
 """
 SCRIPT = Path(sys.executable).parent / "execproto"
 # How an operator starts the server: the installed script, or `python -m execproto` (the
-# README: "the same command line"), which puts the current directory first on sys.path.
+# docs/serving.md: "the same command line"), which puts the current directory first on sys.path.
 LAUNCHERS = {"script": [str(SCRIPT), "serve"],
              "python-m": [sys.executable, "-m", "execproto", "serve"]}
 
@@ -502,7 +502,7 @@ def _serve_a_process_and_a_scrape(server: Serving) -> None:
 
 # `python -m` puts the current directory first on sys.path; the command line takes it off
 # before it imports anything of its own, what it imports at start (json) and what later
-# (LATE); what Python imported before is another matter: the README says to use
+# (LATE); what Python imported before is another matter: docs/serving.md says to use
 # `python -P -m` or the script where others write the directory.
 @pytest.mark.parametrize("planted", [LATE, ("json",)], ids=["imported-late", "at-start"])
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))

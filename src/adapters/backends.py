@@ -29,7 +29,7 @@ from execproto.netproxy import Brokered, ProxyConfig, proxy_env
 from execproto.policy import PathRule, PlantedLink, pinned
 
 from ._files._beneath import Scope
-from ._processes import _bwrap, _netns, _posix
+from ._processes import _bwrap, _netns, _placeholders, _posix
 from ._processes._bwrap import Budget
 from ._processes._posix import resolve_program
 from ._proxy import _masking
@@ -160,8 +160,9 @@ class LocalBackend:
         self._tools = _netns.Tools.find()  # for transparent TCP
         self.floor = floor
         # Placeholder directories the stage made on the host, by how many live sandboxes use
-        # them; safe to share between starts prepared at once (`_bwrap.Placeholders` says why).
-        self._placeholders = _bwrap.Placeholders()
+        # them; safe to share between starts prepared at once (`_placeholders.Placeholders`
+        # says why).
+        self._placeholders = _placeholders.Placeholders()
 
     def probe(self) -> None:
         """Probe bubblewrap on a thread of its own, if no one has yet."""

@@ -18,7 +18,7 @@ import pytest
 
 from execproto import Policy, SpawnSpec
 from execproto._links import _followed_caps
-from execproto.adapters._processes import _bwrap, _posix, _zygote
+from execproto.adapters._processes import _bwrap, _placeholders, _posix, _zygote
 from execproto.policy import PathRule, pinned
 
 from .sandboxes import needs_bwrap
@@ -48,7 +48,7 @@ def _run(tmp_path: Path, root: str) -> tuple[int | None, str]:
         rules += [PathRule(path=path, access="read")
                   for path in ("/bin", "/usr", "/lib", "/lib64", "/etc") if os.path.exists(path)]
     policy = Policy.of(rules, False).capped([str(w / "held" / "file")], "read")
-    sandbox = _bwrap.Sandbox(BWRAP, None, _bwrap.Placeholders())
+    sandbox = _bwrap.Sandbox(BWRAP, None, _placeholders.Placeholders())
     spec = SpawnSpec(argv=("/bin/sh", "-c", SCRIPT, "sh", str(tmp_path)), arg0=None,
                      cwd="/", env=(("PATH", "/usr/bin:/bin"),), tty=False, pipe_stdin=False,
                      session_id="", process_id="ways")

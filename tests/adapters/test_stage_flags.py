@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from execproto import Policy, SpawnSpec
-from execproto.adapters._processes import _bwrap, _stage, _zygote
+from execproto.adapters._processes import _bwrap, _placeholders, _stage, _zygote
 from execproto.policy import PathRule
 
 from .sandboxes import needs_bwrap
@@ -24,7 +24,7 @@ DEVICES = {f"/dev/{name}" for name in ("null", "zero", "full", "random", "urando
 def _run(policy: Policy, script: str, program: str | None = None) -> tuple[int | None, str]:
     """``script`` by sh in a sandbox of ``policy`` (with ``program``: run in bubblewrap's
     place, by the stage server's child); its stderr."""
-    placeholders = _bwrap.Placeholders()
+    placeholders = _placeholders.Placeholders()
     sandbox = _bwrap.Sandbox(BWRAP, None, placeholders)
     spec = SpawnSpec(argv=("/bin/sh", "-c", f"exec 1>&2; {script}"), arg0=None, cwd="/",
                      env=(("PATH", "/usr/bin:/bin"),), tty=False, pipe_stdin=False,

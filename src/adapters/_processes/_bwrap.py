@@ -26,15 +26,12 @@ test_sandbox.py and test_mount_race.py try to break each point):
 
 from __future__ import annotations
 
-import bisect
 import fcntl
 import os
 import shutil
 import sys
-import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Protocol
 
@@ -50,7 +47,8 @@ from execproto.policy import (
 )
 
 from . import _forker, _glob, _hold, _seccomp, _stage
-from ._posix import STAGED, readlink, remove_empty_directory
+from ._placeholders import Placeholders, can_make, reach
+from ._posix import STAGED, readlink
 
 
 class Network(Protocol):
@@ -272,58 +270,6 @@ def _parent(index: dict[str, PathRule], path: str) -> PathRule:
     return deepest(index, os.path.dirname(path)) if path != "/" else index["/"]
 
 
-def _reach(path: str) -> str:
-    """Whether ``path`` is "there", "missing", or "unreachable": out of this server's reach,
-    so of its sandboxes', which run as its user without capabilities: nothing to show or hide
-    there, and no placeholder could be made. Only where the directory that refuses the search
-    is another user's: one of the server's own a sandbox could open up (chmod) and then reach
-    the path, so that one is "there", and its start fails rather than leave the rule out."""
-    try:
-        os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return "missing"
-    except PermissionError:
-        return "there" if _blocked_by_own(path) else "unreachable"
-    return "there"
-
-
-def _can_make(directory: str) -> bool:
-    """Whether a sandbox might make an entry in ``directory``, where a missing protected path
-    would go: if not, no placeholder is needed there, nor could one be made (the server is
-    not root, and the directory is another user's that its user may not write: `/etc` for a
-    server run as nobody). A sandbox runs as the server's user, with no capability over the
-    host's inodes; it cannot open such a directory up (chmod is the owner's), nor put another
-    in its place: renaming it takes writing its parent, and a parent the sandbox may write
-    has the directories between it and the protected path pinned (`_pin_between`). Only the
-    server's user's own directories could be opened up, so a placeholder there is made as
-    always (the stage may, in a user namespace of its own: whatever the mode), and if it
-    cannot be, the start fails. Not a bind or a cover: what is there is shown or hidden
-    whoever may write beside it."""
-    if os.geteuid() == 0:
-        return True
-    try:
-        return (os.stat(directory).st_uid == os.geteuid() or
-                os.access(directory, os.W_OK | os.X_OK, effective_ids=True))
-    except OSError:
-        return True  # the stage finds out, and fails the start if it must
-
-
-def _blocked_by_own(path: str) -> bool:
-    """Whether the first directory on the way to ``path`` that refuses its search is owned by
-    the server's user."""
-    here = "/"
-    for name in path.strip("/").split("/"):
-        inner = os.path.join(here, name)
-        try:
-            os.lstat(inner)
-        except PermissionError:
-            return os.lstat(here).st_uid == os.geteuid()
-        except OSError:
-            return False
-        here = inner
-    return False
-
-
 class CannotEnforce(Exception):
     """The policy names more than this sandbox can set up (the spawn is refused)."""
 
@@ -373,75 +319,6 @@ class Budget:
                                     "components")
 
 
-class Placeholders:
-    """The placeholder directories sandboxes made on the host, with how many live sandboxes
-    mount on or beneath each: one set for the backend, shared by every sandbox, whose starts
-    are prepared on several workers at once and whose finalizes run meanwhile.
-
-    Why this is safe without preparing one sandbox at a time. A placeholder is removed only in
-    `release`, under the lock, once no sandbox counts it. A sandbox looks at the file system
-    without the lock (the costly part: resolving, the plan), and what it saw can be stale in
-    one way that matters: a path it saw there (to bind, cover or pin) was a placeholder that
-    another sandbox's finalize removed since; its stage would skip that mount as vanished, and
-    a missing `.git` the command could create would be the result. So `take`, under the lock,
-    counts every placeholder at or above the sandbox's rules (its pins are their parents),
-    the ones it will make too: none of them can be removed from then on until its own
-    `release`. And if any was removed since the sandbox began looking (`removals`, counted
-    after the removal), it checks that every path it saw is still there, else the plan is
-    made again. A path it saw missing is harmless stale: its stage makes it if still missing
-    and takes one made meanwhile. So the lock is held for counting only, never while a policy
-    is resolved or a pattern expanded.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._uses: Counter[str] = Counter()
-        self.removals = 0  # read without the lock: an int, and only compared
-
-    def take(self, sandbox: Sandbox, paths: list[str], seen: int) -> bool:
-        """Count the placeholders at or above ``paths`` (a sandbox's rules) and those it makes
-        as its ``uses``; False (nothing counted) if one it relied on was removed since
-        ``seen``."""
-        ordered = sorted(paths)
-        with self._lock:
-            if self.removals != seen and not all(map(os.path.lexists, sandbox.seen)):
-                return False
-            used = [place for place in (*self._uses, *(sandbox.made - self._uses.keys()))
-                    if _at_or_above(place, ordered)]
-            self._uses.update(used)
-        sandbox.uses = sorted(used, key=lambda place: (-place.count("/"), place))
-        return True
-
-    def release(self, uses: Iterable[str]) -> None:
-        """A sandbox is gone (its pid namespace died with it): remove the placeholders no
-        other one still uses. Deepest first; a directory someone has since put something in
-        stays."""
-        with self._lock:
-            removed = False
-            for path in uses:
-                self._uses[path] -= 1
-                if self._uses[path] > 0:
-                    continue
-                del self._uses[path]
-                remove_empty_directory(path)
-                removed = True
-            if removed:  # after the removal: a sandbox that read the old count looked before
-                self.removals += 1
-
-    def __len__(self) -> int:
-        return len(self._uses)
-
-
-def _at_or_above(place: str, ordered: list[str]) -> bool:
-    """Whether some path of the sorted ``ordered`` is ``place`` or lies beneath it."""
-    index = bisect.bisect_left(ordered, place)
-    if index < len(ordered) and ordered[index] == place:
-        return True
-    top = place.rstrip("/") + "/"
-    index = bisect.bisect_left(ordered, top)
-    return index < len(ordered) and ordered[index].startswith(top)
-
-
 class Sandbox:
     """The command for one spawn, for the stage server (`_zygote`): its child builds the file
     system (`_stage`) and execs bwrap.
@@ -489,7 +366,10 @@ class Sandbox:
                 if root == "none":
                     self._links(policy, resolved)
                 self.seen = [path for op, path, _ in self._ops if op != "placeholder"]
-                if self._placeholders.take(self, [rule.path for rule in resolved.rules], seen):
+                uses = self._placeholders.take([rule.path for rule in resolved.rules],
+                                                self.made, self.seen, seen)
+                if uses is not None:
+                    self.uses = uses
                     break
             else:
                 raise CannotEnforce("placeholders the sandbox relied on kept being removed "
@@ -602,7 +482,7 @@ class Sandbox:
             self.budget.check()
             if not unlinked(rule.path):
                 continue  # a cap's name through a link (it holds where that leads too)
-            there = _reach(rule.path)
+            there = reach(rule.path)
             if there == "unreachable":
                 continue
             if there == "missing":
@@ -612,7 +492,7 @@ class Sandbox:
             rules.append(rule)
         # A cap's name through a link is not mounted: it holds where that leads too.
         caps = [cap for cap in real.caps
-                if self._ways.real(cap.path) == cap.path and _reach(cap.path) != "unreachable"]
+                if self._ways.real(cap.path) == cap.path and reach(cap.path) != "unreachable"]
         return Policy.of(rules, policy.network, caps=caps).narrow(self._floor)
 
     def _mounts(self, policy: Policy) -> str:
@@ -726,7 +606,7 @@ class Sandbox:
         missing = [path]
         while not os.path.lexists(os.path.dirname(missing[-1])):
             missing.append(os.path.dirname(missing[-1]))
-        if not _can_make(os.path.dirname(missing[-1])):
+        if not can_make(os.path.dirname(missing[-1])):
             return
         self.made.update(missing)
         if len(self.made) > MAX_PLACEHOLDERS:

@@ -67,7 +67,7 @@ READ_SIZE = 256 << 10
 BULK_READ_SIZE = 512 << 10
 # Sandboxes are set up and cleaned up off the owner (deny patterns alone may look at 50,000
 # directory entries), sessions in turn, one start or cleanup of a session at a time. Several at
-# once (the backend's placeholders are safe to share, `_bwrap.Placeholders`): on one worker,
+# once (the backend's placeholders are safe to share, `_placeholders.Placeholders`): on one worker,
 # two sessions of costly starts kept another client's `true` waiting over a minute. With eight,
 # four such sessions leave four workers free (bench/attack.py: the probe's p99 0.6 s; with
 # four workers, 1.9 s), and past eight another client's start waits at most a start's budget

@@ -83,6 +83,7 @@ from execproto import (
     StreamClosed,
     Tick,
 )
+from execproto._methods import METHODS
 
 # Examples per target.
 EXAMPLES = int(os.environ.get("EXECPROTO_FUZZ_EXAMPLES", "1000"))
@@ -322,30 +323,8 @@ def client_world(stage: str) -> World:
     return w
 
 
-KNOWN_METHODS = [
-    "initialize",
-    "initialized",
-    "process/start",
-    "process/read",
-    "process/write",
-    "process/signal",
-    "process/terminate",
-    "environment/info",
-    "fs/readFile",
-    "fs/writeFile",
-    "fs/createDirectory",
-    "fs/getMetadata",
-    "fs/canonicalize",
-    "fs/readDirectory",
-    "fs/remove",
-    "fs/copy",
-    "fs/open",
-    "fs/readBlock",
-    "fs/close",
-    "http/request",
-]
-# Whatever the core routes that the list above misses (a method added later gets fuzzed too).
-KNOWN_METHODS += sorted(set(getattr(ServerCore(), "_methods", {})) - set(KNOWN_METHODS))
+# Every method the server answers, from the registry: each is fuzzed with its schema.
+KNOWN_METHODS = list(METHODS)
 
 MAX_DIGITS = sys.get_int_max_str_digits() or 4300
 
@@ -391,13 +370,16 @@ valid_policy = st.fixed_dictionaries(
     }
 )
 
+valid_uri = st.sampled_from(
+    ["file:///tmp", "file:///tmp/a%20b", "file://localhost/etc/hosts", "file:///", "file:///%ff"]
+)
+counts = st.sampled_from([0, 1, 6, 64, 65, 10_000, 50_001]) | st.integers(0, 2**64 - 1)
+
 VALID: dict[str, st.SearchStrategy[Any]] = {
     "id": st.sampled_from(["p", "t", "x", "y", "c", "s", "q", "h", "r"]),
     "newid": st.sampled_from(["n", "m", "o", "p"]),  # mostly unused ids, for process/start
     "text": st.text(max_size=12),
-    "uri": st.sampled_from(
-        ["file:///tmp", "file:///tmp/a%20b", "file://localhost/etc/hosts", "file:///", "file:///%ff"]
-    ),
+    "uri": valid_uri,
     "url": st.sampled_from(["http://127.0.0.1:1/", "https://example.com/a?b#c", "http://[::1]:80/"]),
     "argv": st.lists(st.text(max_size=6), min_size=1, max_size=3),
     "map": text_map,
@@ -414,6 +396,18 @@ VALID: dict[str, st.SearchStrategy[Any]] = {
     "redirect": st.sampled_from(["follow", "stop"]),
     "policy": valid_policy,
     "method": st.sampled_from(["GET", "POST", "PATCH"]),
+    # fs/walk's options: mostly within the budgets, sometimes past them (refused once parsed).
+    "walk": st.fixed_dictionaries(
+        {"maxDepth": counts, "maxDirectories": counts, "maxEntries": counts,
+         "followDirectorySymlinks": st.booleans()},
+        optional={"pruneHiddenDirectories": st.booleans()},
+    ),
+    "uris": st.lists(valid_uri, max_size=3),
+    "keypaths": st.lists(st.lists(st.text(max_size=6), min_size=1, max_size=3), max_size=2),
+    "roots": st.lists(st.fixed_dictionaries({"id": st.text(max_size=4), "path": valid_uri}),
+                      max_size=2),
+    "port": st.sampled_from([1, 22, 8080, 65535]) | st.integers(1, 65535),
+    "host": st.sampled_from(["127.0.0.1", "::1", "localhost", "10.0.0.1"]),
 }
 TRICKY: dict[str, st.SearchStrategy[Any]] = {
     "id": st.sampled_from(["", "P", " ", "\x00", "\ud800", "x" * 100]) | st.text(max_size=8),
@@ -477,55 +471,21 @@ TRICKY: dict[str, st.SearchStrategy[Any]] = {
         },
     ),
     "method": st.sampled_from(["", "X Y", "get", "G\u00e9T", "GET\r\n"]),
+    # The struct as a sequence (serde's other form), too short or too long; fields missing.
+    "walk": st.sampled_from([None, [], [1, 1, 1], [1, 1, 1, True], [1, 1, 1, True, False, 9],
+                             {"maxDepth": 1}, {"maxDepth": 1.5, "maxDirectories": 1,
+                                               "maxEntries": 1, "followDirectorySymlinks": 0}]),
+    "uris": st.sampled_from([[], ["/tmp"], [1], "file:///x", [None], ["file:///x"] * 257]),
+    "keypaths": st.sampled_from([[], [[]], [["a", 1]], "a", [None], [["a"]] * 3]),
+    "roots": st.sampled_from([[], [{}], [{"id": "r"}], [{"id": 1, "path": "file:///x"}],
+                              [{"id": "r", "path": "/x"}], {"id": "r"},
+                              [{"id": "r", "path": "file:///x", "sandbox": {}}]]),
+    "port": st.sampled_from([0, -1, 65536, 1.5, "80", True, None, 2**64]),
+    "host": st.sampled_from(["", "example.com", "[::1]", "127.1", "0.0.0.0", "fe80::1%eth0", 1]),
 }
 
-# method -> field -> kind; a "?" marks a field a valid call may leave out.
-SCHEMAS: dict[str, dict[str, str]] = {
-    "initialize": {"clientName": "text", "resumeSessionId": "session?", "outputAcks": "bool?"},
-    "initialized": {},
-    "process/start": {
-        "processId": "newid",
-        "argv": "argv",
-        "cwd": "uri",
-        "env": "map",
-        "tty": "bool",
-        "pipeStdin": "bool?",
-        "arg0": "text?",
-        "envPolicy": "policy?",
-        "rows": "dim?",
-        "cols": "dim?",
-    },
-    "process/read": {
-        "processId": "id", "afterSeq": "uint?", "maxBytes": "uint?", "waitMs": "uint?",
-    },
-    "process/write": {"processId": "id", "chunk": "b64", "writeId": "id", "closeStdin": "bool?"},
-    "process/signal": {"processId": "id", "signal": "signal"},
-    "process/terminate": {"processId": "id"},
-    "process/ack": {"processId": "id", "seq": "uint"},
-    "process/resize": {"processId": "id", "rows": "dim", "cols": "dim"},
-    "environment/info": {},
-    "fs/readFile": {"path": "uri"},
-    "fs/writeFile": {"path": "uri", "dataBase64": "b64"},
-    "fs/createDirectory": {"path": "uri", "recursive": "bool?"},
-    "fs/getMetadata": {"path": "uri"},
-    "fs/canonicalize": {"path": "uri"},
-    "fs/readDirectory": {"path": "uri"},
-    "fs/remove": {"path": "uri", "recursive": "bool?", "force": "bool?"},
-    "fs/copy": {"sourcePath": "uri", "destinationPath": "uri", "recursive": "bool"},
-    "fs/open": {"handleId": "id", "path": "uri"},
-    "fs/readBlock": {"handleId": "id", "offset": "uint", "len": "uint"},
-    "fs/close": {"handleId": "id"},
-    "http/request": {
-        "method": "method",
-        "url": "url",
-        "headers": "headers",
-        "bodyBase64": "b64?",
-        "timeoutMs": "uint?",
-        "requestId": "id",
-        "streamResponse": "bool?",
-        "redirectPolicy": "redirect?",
-    },
-}
+# method -> field -> kind; a "?" marks a field a valid call may leave out (the registry's).
+SCHEMAS: dict[str, dict[str, str]] = {name: method.schema for name, method in METHODS.items()}
 
 # Strategies are built once: a strategy made inside a draw is re-validated on every draw, which
 # costs more than the draw itself.
@@ -565,7 +525,7 @@ def _fields(schema: dict[str, str]) -> st.SearchStrategy[dict[str, Any]]:
     return params()
 
 
-PARAMS = {method: _fields(SCHEMAS.get(method, {})) for method in KNOWN_METHODS}
+PARAMS = {method: _fields(SCHEMAS[method]) for method in KNOWN_METHODS}
 PARAMS[""] = _fields({})
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from execproto._methods import METHODS as REGISTRY
+
 from .conftest import ADAPTERS, Server, uri
 from .wsclient import Client, Closed
 
@@ -51,6 +53,8 @@ METHODS: dict[str, dict[str, str]] = {
         "envPolicy.exclude": "texts",
         "envPolicy.set": "map",
         "envPolicy.includeOnly": "texts",
+        "rows": "dim?",
+        "cols": "dim?",
     },
     "process/read": {
         "processId": "text", "afterSeq": "uint?", "maxBytes": "uint?", "waitMs": "uint?",
@@ -61,7 +65,9 @@ METHODS: dict[str, dict[str, str]] = {
     "process/signal": {"processId": "text", "signal": "signal"},
     "process/terminate": {"processId": "text"},
     "process/ack": {"processId": "text", "seq": "uint"},
+    "process/resize": {"processId": "text", "rows": "dim", "cols": "dim"},
     "environment/info": {},
+    "environment/status": {},
     "fs/readFile": {"path": "uri"},
     "fs/writeFile": {"path": "uri", "dataBase64": "fsb64"},
     "fs/createDirectory": {"path": "uri", "recursive": "bool?"},
@@ -73,6 +79,17 @@ METHODS: dict[str, dict[str, str]] = {
     "fs/open": {"handleId": "handle", "path": "uri"},
     "fs/readBlock": {"handleId": "text", "offset": "uint", "len": "blocklen"},
     "fs/close": {"handleId": "text"},
+    "fs/walk": {"path": "uri", "options": "walk", "options.followDirectorySymlinks": "bool"},
+    "fs/writeBlock": {"handleId": "text", "offset": "uint", "chunk": "block"},
+    "fs/watchMissing": {"watchId": "uint", "missing": "uris", "present": "uri?"},
+    "environmentConfig/read": {"cwd": "uri", "configPaths": "keypaths",
+                               "requirementsPaths": "keypaths"},
+    "capabilities/discoverV2": {"cwd": "uri"},
+    "capabilityRoots/discoverV1": {"roots": "roots"},
+    "forward/open": {"port": "port", "host": "host?", "sessionId": "text?"},
+    "forward/write": {"streamId": "uint", "dataBase64": "b64?", "eof": "bool?"},
+    "forward/ack": {"streamId": "uint", "seq": "uint"},
+    "forward/close": {"streamId": "uint"},
     # fuzz_core marks headers required; parse_http reads it as optional.
     "http/request": {
         "method": "method",
@@ -95,39 +112,37 @@ STRUCTS = {
     "process/signal": "struct SignalParams",
     "process/terminate": "struct TerminateParams",
     "process/ack": "struct AckParams",
+    "process/resize": "struct ResizeParams",
     "environment/info": "unit",
+    "environment/status": "unit",
     "http/request": "struct HttpRequestParams",
     **{method: "struct FsParams" for method in METHODS if method.startswith("fs/")},
+    "fs/watchMissing": "struct FsWatchMissingParams",
+    "environmentConfig/read": "struct EnvironmentConfigReadParams",
+    "capabilities/discoverV2": "struct DiscoverV2CapabilitiesRequest",
+    "capabilityRoots/discoverV1": "struct WireCapabilityRootDiscoverRequest",
+    "forward/open": "struct ForwardOpenParams",
+    "forward/write": "struct ForwardWriteParams",
+    "forward/ack": "struct ForwardAckParams",
+    "forward/close": "struct ForwardCloseParams",
+}
+# Params that take serde's sequence form of their struct: ``[1]`` is their first field.
+SEQUENCE = {
+    "fs/watchMissing": "invalid length 1, expected struct FsWatchMissingParams with 3 elements",
+    "capabilities/discoverV2": "invalid type: number, expected a string",
 }
 
-# Valid params for each method: each case breaks exactly one field of these, so the error must
-# name that field. None of the cases gets past validation, so nothing is run or written.
+# Valid params for each method (the registry's examples): each case breaks exactly one field of
+# these, so the error must name that field. None of the cases gets past validation, so nothing
+# is run or written.
 _POLICY = {"inherit": "core", "ignoreDefaultExcludes": False, "exclude": [], "set": {},
            "includeOnly": []}
 VALID: dict[str, dict[str, Any]] = {
-    "initialize": {"clientName": "bad-input"},
-    "process/start": {"processId": "never", "argv": ["true"], "cwd": "file:///tmp", "env": {},
-                      "tty": False, "envPolicy": _POLICY},
-    "process/read": {"processId": "never"},
-    "process/write": {"processId": "never", "chunk": "", "writeId": "w"},
-    "process/signal": {"processId": "never", "signal": "interrupt"},
-    "process/terminate": {"processId": "never"},
-    "process/ack": {"processId": "never", "seq": 0},
-    "environment/info": {},
-    "fs/readFile": {"path": "file:///tmp/never"},
-    "fs/writeFile": {"path": "file:///tmp/never", "dataBase64": ""},
-    "fs/createDirectory": {"path": "file:///tmp/never"},
-    "fs/getMetadata": {"path": "file:///tmp/never"},
-    "fs/canonicalize": {"path": "file:///tmp/never"},
-    "fs/readDirectory": {"path": "file:///tmp/never"},
-    "fs/remove": {"path": "file:///tmp/never"},
-    "fs/copy": {"sourcePath": "file:///tmp/a", "destinationPath": "file:///tmp/b",
-                "recursive": False},
-    "fs/open": {"handleId": "h", "path": "file:///tmp/never"},
-    "fs/readBlock": {"handleId": "h", "offset": 0, "len": 1},
-    "fs/close": {"handleId": "h"},
-    "http/request": {"method": "GET", "url": "http://127.0.0.1:9/", "requestId": "r"},
+    name: copy.deepcopy(method.example) for name, method in REGISTRY.items()
+    if name != "initialized"  # a notification: nothing answers it
 }
+VALID["initialize"] = {"clientName": "bad-input"}
+VALID["process/start"]["envPolicy"] = _POLICY  # so that its fields can be broken too
 
 # How a required field of each kind is named in "invalid type: null, expected <wanted>".
 WANTED = {
@@ -135,7 +150,13 @@ WANTED = {
     "cwd": "a string", "b64": "a string", "fsb64": "a string", "method": "a string",
     "url": "a string", "inherit": "a string", "bool": "a boolean", "uint": "u64",
     "blocklen": "u64", "argv": "a sequence", "texts": "a sequence", "map": "a map",
-    "signal": "string or map",
+    "signal": "string or map", "walk": "struct WalkOptions", "block": "a string",
+    "uris": "a sequence", "keypaths": "a sequence", "roots": "a sequence",
+}
+# Kinds whose null is refused in words of their own ("{field}": the field's name).
+NULL = {
+    "dim": "{field} must be an integer from 1 to 65535",
+    "port": "port must be an integer from 1 to 65535",
 }
 
 P, R = INVALID_PARAMS, INVALID_REQUEST
@@ -253,6 +274,50 @@ WRONG: dict[str, list[tuple[Any, int, str]]] = {
         (1, P, "invalid type: number, expected string or map"),
         ("never", P, "unknown variant `never`, expected `follow` or `stop`"),
     ],
+    "dim": [(value, P, "{field} must be an integer from 1 to 65535")
+            for value in (0, 65536, 1.5, "24", True)],
+    "port": [(value, P, "port must be an integer from 1 to 65535")
+             for value in (0, 65536, 1.5, "80", True)],
+    "host": [(value, P, "host must be an IP address or localhost")
+             for value in ("", 1, "example.com", "[::1]")],
+    "walk": [
+        ("x", P, 'invalid type: string "x", expected struct WalkOptions'),
+        ([1, 1, 1], P, "invalid length 3, expected struct WalkOptions with 5 elements"),
+        ([1, 1, 1, True, False, 9], P, "invalid length 6, expected fewer elements in array"),
+        ({"maxDepth": 1}, P, "missing field `maxDirectories`"),
+        ({"maxDepth": -1, "maxDirectories": 1, "maxEntries": 1, "followDirectorySymlinks": True},
+         P, "invalid number"),
+        ({"maxDepth": 65, "maxDirectories": 1, "maxEntries": 1, "followDirectorySymlinks": True},
+         R, "filesystem walk limits exceed maximums: depth=64, directories=10000, entries=50000"),
+        ({"maxDepth": 1, "maxDirectories": 0, "maxEntries": 1, "followDirectorySymlinks": True},
+         R, "filesystem walk limits must be greater than zero"),
+    ],
+    "block": [
+        (5, P, "invalid type: number, expected a string"),
+        ("!!!!", P, "Invalid symbol 33, offset 0."),
+        ("aGk", P, "Invalid padding"),
+        ("", R, "file write block length must be between 1 and 1048576"),
+    ],
+    "uris": [
+        ("x", P, 'invalid type: string "x", expected a sequence'),
+        ([1], P, _NUMBER_NOT_STRING),
+        (["tmp/x"], P, "invalid URI: relative URL without a base"),
+        (["file://elsewhere/tmp"], R, _WS_HOST),
+        (["file:///tmp/x"] * 257, R, "fs/watchMissing watches at most 256 paths"),
+    ],
+    "keypaths": [
+        ("x", P, 'invalid type: string "x", expected a sequence'),
+        (["a"], P, 'invalid type: string "a", expected a sequence'),
+        ([[1]], P, _NUMBER_NOT_STRING),
+        ([[]], P, "TOML paths must contain at least one key segment"),
+    ],
+    "roots": [
+        ("x", P, 'invalid type: string "x", expected a sequence'),
+        ([1], P, "invalid type: number, expected struct WireCapabilityRoot"),
+        ([{}], P, "missing field `id`"),
+        ([{"id": "r"}], P, "missing field `path`"),
+        ([{"id": "r", "path": "tmp/x"}], P, "invalid URI: relative URL without a base"),
+    ],
 }
 
 ABSENT = object()  # no "params" key at all
@@ -276,6 +341,11 @@ def _label(value: Any) -> str:
     return json.dumps(value)[:24]
 
 
+def sequence_error(method: str) -> str:
+    """The error for params ``[1]``: a sequence where a struct is wanted, mostly."""
+    return SEQUENCE.get(method, f"invalid type: sequence, expected {STRUCTS[method]}")
+
+
 def params_cases(methods: list[str]) -> list[Any]:
     """For each method: params of the wrong shape; for each field: every wrong value of its
     kind, and for a required field null and the field missing."""
@@ -283,10 +353,10 @@ def params_cases(methods: list[str]) -> list[Any]:
     for method in methods:
         struct_name = STRUCTS[method]
         shapes: list[tuple[Any, str]] = [
-            ([1], f"invalid type: sequence, expected {struct_name}"),
+            ([1], sequence_error(method)),
             ("x", f'invalid type: string "x", expected {struct_name}'),
         ]
-        if method != "environment/info":  # a method that takes no params may omit them
+        if struct_name != "unit":  # a method that takes no params may omit them
             shapes.append((ABSENT, f"invalid type: null, expected {struct_name}"))
         for value, message in shapes:
             tag = "absent" if value is ABSENT else _label(value)
@@ -294,12 +364,15 @@ def params_cases(methods: list[str]) -> list[Any]:
         for field, kind in METHODS[method].items():
             optional = kind.endswith("?")
             kind = kind.rstrip("?")
+            name = field.rsplit(".", 1)[-1]
             for value, code, message in WRONG[kind]:
                 cases.append(pytest.param(method, with_field(VALID[method], field, value), code,
-                                          message, id=f"{method}:{field}={_label(value)}"))
+                                          message.replace("{field}", name),
+                                          id=f"{method}:{field}={_label(value)}"))
             if not optional:
-                null = f"invalid type: null, expected {WANTED[kind]}"
-                missing = f"missing field `{field.rsplit('.', 1)[-1]}`"
+                null = NULL.get(kind, f"invalid type: null, expected {WANTED.get(kind)}")
+                null = null.replace("{field}", name)
+                missing = f"missing field `{name}`"
                 cases.append(pytest.param(method, with_field(VALID[method], field, None), P,
                                           null, id=f"{method}:{field}=null"))
                 cases.append(pytest.param(method, with_field(VALID[method], field), P, missing,
@@ -489,8 +562,7 @@ def test_params_are_checked_before_the_handshake(served: Served) -> None:
     try:
         for method in _MATRIX_METHODS:
             msg_id = next(_ids)
-            wanted = f"invalid type: sequence, expected {STRUCTS[method]}"
-            assert call(c, method, [1], msg_id) == error(P, wanted, msg_id), method
+            assert call(c, method, [1], msg_id) == error(P, sequence_error(method), msg_id), method
         # Good params on the same connection get the handshake error, so the order is proven.
         msg_id = next(_ids)
         early = "client must call initialize before using environment info methods"

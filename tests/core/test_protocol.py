@@ -6,6 +6,7 @@ server's, see docs/protocol.md), so a wording change in the core is a one-line c
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -38,8 +39,9 @@ from execproto import (
     StreamClosed,
     Tick,
 )
+from execproto._methods import METHODS as REGISTRY
 
-from .harness import CWD, Harness, b64
+from .harness import Harness, b64
 from .messages import (
     bad_symbol,
     foreign_cwd,
@@ -103,28 +105,10 @@ INHERIT_VARIANTS = "one of `core`, `all`, `none`"
 SIGNAL_VARIANTS = "`interrupt`"
 
 # Valid params for every method a client may call once the handshake is done, and the category
-# its handshake errors name.
+# its handshake errors name: the registry's (copies, since tests build on them).
 VALID: dict[str, tuple[str, Any]] = {
-    "process/start": ("exec", {"processId": "p", "argv": ["sh"], "cwd": CWD, "env": {},
-                               "tty": False}),
-    "process/read": ("exec", {"processId": "p"}),
-    "process/write": ("exec", {"processId": "p", "chunk": "", "writeId": "w"}),
-    "process/signal": ("exec", {"processId": "p", "signal": "interrupt"}),
-    "process/terminate": ("exec", {"processId": "p"}),
-    "environment/info": ("environment info", {}),
-    "fs/readFile": ("filesystem", {"path": "file:///x"}),
-    "fs/writeFile": ("filesystem", {"path": "file:///x", "dataBase64": ""}),
-    "fs/createDirectory": ("filesystem", {"path": "file:///x"}),
-    "fs/getMetadata": ("filesystem", {"path": "file:///x"}),
-    "fs/canonicalize": ("filesystem", {"path": "file:///x"}),
-    "fs/readDirectory": ("filesystem", {"path": "file:///x"}),
-    "fs/remove": ("filesystem", {"path": "file:///x"}),
-    "fs/copy": ("filesystem", {"sourcePath": "file:///x", "destinationPath": "file:///y",
-                               "recursive": False}),
-    "fs/readBlock": ("filesystem", {"handleId": "h", "offset": 0, "len": 1}),
-    "fs/open": ("filesystem", {"handleId": "h", "path": "file:///x"}),
-    "fs/close": ("filesystem", {"handleId": "h"}),
-    "http/request": ("http", {"method": "GET", "url": "http://h/", "requestId": "r"}),
+    name: (method.category, copy.deepcopy(method.example))
+    for name, method in REGISTRY.items() if method.category != "handshake"
 }
 METHODS = list(VALID)
 START: dict[str, Any] = VALID["process/start"][1]

@@ -14,36 +14,18 @@ import base64
 from typing import Any
 
 from .._errors import LocalProtocolError, UnsendableText
+from .._methods import METHODS
 from .._paths import uri_from_path
 from ..client_events import ClientEvent, HandshakeFailed, Ready, ServerMisbehaved, SessionLost
 from . import _client_frames as frames
 from ._client_calls import REQUESTS, Call, Initialize, Request
 from ._client_tracks import ClientState, ProcessTracking, _dumps, _Track
 
-# Whether a call may be sent again after a reconnect, when it may or may not have been served.
-# A start is safe because a repeat that finds the process already there counts as its success;
-# a write because the server skips a writeId it has seen. A signal is not: it would signal twice.
-_RETRY_SAFE = {
-    "process/start": True,
-    "process/read": True,
-    "process/write": True,
-    "process/signal": False,
-    "process/terminate": True,
-    "process/resize": True,
-    "environment/info": True,
-    "fs/readFile": True,
-    "fs/writeFile": True,
-    "fs/createDirectory": True,
-    "fs/getMetadata": True,
-    "fs/canonicalize": True,
-    "fs/readDirectory": True,
-    "fs/remove": True,
-    "fs/copy": True,
-    "fs/open": False,
-    "fs/readBlock": True,
-    "fs/close": True,
-    "http/request": False,
-}
+# Whether a call may be sent again after a reconnect, when it may or may not have been served:
+# the registry's word for each method (`_methods`, where each is argued). A start is safe because
+# a repeat that finds the process already there counts as its success; a write because the
+# server skips a writeId it has seen. A signal is not: it would signal twice.
+_RETRY_SAFE = {name: method.retry_safe for name, method in METHODS.items()}
 
 
 class ClientCore(ProcessTracking):

@@ -11,13 +11,15 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._serving._failure import CoreFailed
 from ._serving._serve import Options, Server
 from ._wire._peer import HIGH_WATER, LOW_WATER, StdioPeer
 from ._wire._sockwriter import SocketWriter
-from ._wire._stdio import FLUSH_TIMEOUT, DrainingStdioPeer, StdioFds
+
+if TYPE_CHECKING:
+    from ._wire._stdio import DrainingStdioPeer, StdioFds
 
 READ_SIZE = 256 << 10
 
@@ -202,6 +204,8 @@ async def serve(
     server = Server(listen, options, _Loop(loop), stop.set)
     stdio: tuple[StdioFds, asyncio.WriteTransport, _StdoutProtocol] | None = None
     if server.where.stdio:
+        from ._wire._stdio import DrainingStdioPeer, StdioFds  # not for a websocket server
+
         fds = StdioFds()  # regular files and /dev/null through a pipe and a thread
         out_transport, out_protocol = await loop.connect_write_pipe(
             _StdoutProtocol, os.fdopen(fds.stdout, "wb", buffering=0))
@@ -245,6 +249,8 @@ async def _flush_stdout(fds: StdioFds, transport: asyncio.WriteTransport,
                         protocol: _StdoutProtocol) -> None:
     """Write what is still queued for stdout (for a few seconds at most: a reader that stopped
     reading is not waited for), then close it."""
+    from ._wire._stdio import FLUSH_TIMEOUT
+
     transport.close()
     try:
         await asyncio.wait_for(asyncio.shield(protocol.closed), FLUSH_TIMEOUT)

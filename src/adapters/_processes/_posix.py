@@ -220,6 +220,71 @@ def pipe() -> tuple[int, int]:
     return read_end, write_end
 
 
+class Stdio:
+    """A process's stdio as a spawn makes it, directly (`spawn`) or by the stage server
+    (`_zygote`): ``child`` is what the process gets at 0, 1 and 2 (a pipe or /dev/null, and a
+    pipe each for stdout and stderr; or one terminal for all three), and `ends` what the
+    server keeps once it started. Every descriptor is close-on-exec here: the spawn puts the
+    child's at their numbers."""
+
+    def __init__(self, spec: SpawnSpec) -> None:
+        self.kept: list[int] = []  # the server's, once the process runs
+        self._theirs: list[int] = []  # the process's alone: closed once it has them
+        self._tty = spec.tty
+        try:
+            if spec.tty:
+                master, slave = os.openpty()
+                self.kept.append(master)
+                self._theirs.append(slave)
+                rows, cols = spec.terminal_size or (24, 80)  # a plain terminal's, unless asked
+                fcntl.ioctl(slave, termios.TIOCSWINSZ, winsize(rows, cols))
+                self.child = (slave, slave, slave)
+                return
+            if spec.pipe_stdin:
+                stdin, stdin_write = os.pipe2(os.O_CLOEXEC)
+                self.kept.append(stdin_write)
+            else:
+                stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            self._theirs.append(stdin)
+            out_read, out_write = pipe()
+            self.kept.append(out_read)
+            self._theirs.append(out_write)
+            err_read, err_write = pipe()
+            self.kept.append(err_read)
+            self._theirs.append(err_write)
+            self.child = (stdin, out_write, err_write)
+        except BaseException:
+            self.handed()
+            self.abandon()
+            raise
+
+    def handed(self) -> None:
+        """The spawn is over, whether or not the process started: the process's ends are
+        closed here."""
+        for fd in self._theirs:
+            close_quietly(fd)
+        self._theirs.clear()
+
+    def abandon(self) -> None:
+        """The process did not start, or is being killed: the server's ends are closed."""
+        for fd in self.kept:
+            close_quietly(fd)
+        self.kept.clear()
+
+    def ends(self) -> tuple[dict[Stream, int], int | None]:
+        """The server's ends, non-blocking, for its `Child`: the outputs and stdin (None when
+        not piped). One terminal serves both directions: output reads the master, stdin
+        writes a duplicate, so that each side can be closed on its own. Raises OSError (the
+        duplicate), having closed nothing: the caller kills the process and `abandon`s."""
+        if self._tty:
+            master = set_nonblocking(self.kept[0])
+            stdin = os.dup(master)
+            return {"pty": master}, stdin
+        stdin_write = set_nonblocking(self.kept[0]) if len(self.kept) == 3 else None
+        return ({"stdout": set_nonblocking(self.kept[-2]),
+                 "stderr": set_nonblocking(self.kept[-1])}, stdin_write)
+
+
 def _command(spec: SpawnSpec, program: str, wrappers: list[str]) -> tuple[list[str], str | None]:
     """The argv to exec and the executable, with the wrappers (if any) in front.
 
@@ -250,66 +315,32 @@ def spawn(spec: SpawnSpec, pass_fds: tuple[int, ...] = (), join: tuple[str, ...]
     program = resolve_program(spec.argv[0], env, spec.cwd)
     wrappers = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
     wrappers += list(join)
-    if spec.tty:
-        # `setsid --ctty` makes the terminal the session's controlling one, as a login would.
-        ctty = [_SETSID, "--ctty", "--"] if _SETSID else []
-        command, executable = _command(spec, program, wrappers + ctty)
-        return _spawn_tty(spec, env, command, executable, pass_fds, new_session=not ctty)
-    command, executable = _command(spec, program, wrappers)
-    ours: list[int] = []
-    theirs: list[int] = []
-    try:
-        if spec.pipe_stdin:
-            stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
-            ours.append(stdin_write)
-            theirs.append(stdin_read)
-            child_stdin: int = stdin_read
-        else:
-            child_stdin = subprocess.DEVNULL
-        out_read, out_write = pipe()
-        err_read, err_write = pipe()
-        ours += [out_read, err_read]
-        theirs += [out_write, err_write]
-        process = _popen(command, executable, env, spec.cwd, child_stdin, out_write, err_write,
-                         pass_fds)
-    except BaseException:
-        for fd in ours:
-            close_quietly(fd)
-        raise
-    finally:
-        for fd in theirs:
-            close_quietly(fd)
-    stdin = set_nonblocking(ours[0]) if spec.pipe_stdin else None
-    outputs: dict[Stream, int] = {"stdout": set_nonblocking(out_read),
-                                  "stderr": set_nonblocking(err_read)}
-    return _child(process, outputs, stdin)
+    # With a terminal, `setsid --ctty` makes it the session's controlling one, as a login
+    # would; else (or without setsid) the process leads a session of its own.
+    ctty = [_SETSID, "--ctty", "--"] if spec.tty and _SETSID else []
+    command, executable = _command(spec, program, wrappers + ctty)
+    return _started(spec, env, command, executable, pass_fds, new_session=not ctty)
 
 
-def _spawn_tty(
+def _started(
     spec: SpawnSpec, env: dict[str, str], command: list[str], executable: str | None,
     pass_fds: tuple[int, ...], new_session: bool,
 ) -> Child:
-    master, slave = os.openpty()
-    os.set_inheritable(master, False)
+    stdio = Stdio(spec)
     try:
-        rows, cols = spec.terminal_size or (24, 80)  # a plain terminal's, unless asked
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, winsize(rows, cols))
-        process = _popen(command, executable, env, spec.cwd, slave, slave, slave, pass_fds,
+        process = _popen(command, executable, env, spec.cwd, *stdio.child, pass_fds,
                          new_session)
     except BaseException:
-        close_quietly(master)
+        stdio.abandon()
         raise
     finally:
-        close_quietly(slave)
-    master = set_nonblocking(master)
-    # One terminal serves both directions: output reads the master, stdin writes a duplicate,
-    # so each side can be closed on its own.
+        stdio.handed()
     try:
-        stdin = os.dup(master)
+        outputs, stdin = stdio.ends()
     except OSError as exc:
-        _abort(process, [master])
+        _abort(process, stdio.kept)
         raise _spawn_error(exc) from None
-    return _child(process, {"pty": master}, stdin)
+    return _child(process, outputs, stdin)
 
 
 def winsize(rows: int, cols: int) -> bytes:

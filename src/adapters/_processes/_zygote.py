@@ -27,30 +27,20 @@ program (bubblewrap) and its words; `_posix.spawn` sends it here.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import select
 import signal
 import socket
 import subprocess
-import termios
 import threading
 import time
 from collections.abc import Sequence
 
 from execproto import SpawnSpec
-from execproto.events import Stream
 
 from . import _bwrap, _forker
 from ._cgroups import place_of
-from ._posix import (
-    Child,
-    close_quietly,
-    not_found_as,
-    pipe,
-    set_nonblocking,
-    winsize,
-)
+from ._posix import Child, Stdio, close_quietly, not_found_as
 
 # Starts of the stage server within a minute: past them it is not started again until the
 # oldest is a minute old (a machine where it dies at once would otherwise start one per spawn).
@@ -192,55 +182,29 @@ class Zygote:
         if len(pass_fds) + _forker.FIXED + 1 > _forker.MAX_FDS:
             raise OSError(errno.EMFILE, "too many descriptors for one start")
         place = place_of(join)
-        ours: list[int] = []  # what the Child keeps, if it starts
-        theirs: list[int] = []  # what only the child keeps
+        stdio = Stdio(spec)
+        cgroup = None  # the cgroup's directory, for the child to join
         try:
-            if spec.tty:
-                master, slave = os.openpty()
-                ours.append(master)
-                theirs.append(slave)
-                rows, cols = spec.terminal_size or (24, 80)
-                fcntl.ioctl(slave, termios.TIOCSWINSZ, winsize(rows, cols))
-                stdio = [slave, slave, slave]
-            else:
-                if spec.pipe_stdin:
-                    stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
-                    ours.append(stdin_write)
-                    theirs.append(stdin_read)
-                else:
-                    stdin_read = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-                    theirs.append(stdin_read)
-                out_read, out_write = pipe()
-                err_read, err_write = pipe()
-                ours += [out_read, err_read]
-                theirs += [out_write, err_write]
-                stdio = [stdin_read, out_write, err_write]
-            sent = list(stdio)
-            if place is not None:  # the cgroup's directory, for the child to join
-                sent.append(os.open(place, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
-                theirs.append(sent[-1])
+            sent = list(stdio.child)
+            if place is not None:
+                cgroup = os.open(place, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                sent.append(cgroup)
             body = _body(spec, plan, argv, place is not None, pass_fds)
             pid, pidfd = self._started(body, sent, pass_fds, place is not None)
         except BaseException:
-            for fd in ours:
-                close_quietly(fd)
+            stdio.abandon()
             raise
         finally:
-            for fd in theirs:
-                close_quietly(fd)
-        if spec.tty:
-            master = set_nonblocking(ours[0])
-            try:
-                stdin = os.dup(master)
-            except OSError:
-                os.close(master)
-                _kill(pidfd)
-                raise
-            return Child(pid, pidfd, {"pty": master}, stdin)
-        stdin_fd = set_nonblocking(ours[0]) if spec.pipe_stdin else None
-        outputs: dict[Stream, int] = {"stdout": set_nonblocking(ours[-2]),
-                                      "stderr": set_nonblocking(ours[-1])}
-        return Child(pid, pidfd, outputs, stdin_fd)
+            stdio.handed()
+            if cgroup is not None:
+                os.close(cgroup)
+        try:
+            outputs, stdin = stdio.ends()
+        except OSError:
+            stdio.abandon()
+            _kill(pidfd)
+            raise
+        return Child(pid, pidfd, outputs, stdin)
 
     def _started(self, body: bytes, sent: list[int], pass_fds: Sequence[int], cgroup: bool
                  ) -> tuple[int, int]:

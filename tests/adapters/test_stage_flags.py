@@ -8,6 +8,8 @@ one whose `/dev` is bubblewrap's."""
 from __future__ import annotations
 
 import os
+import select
+import time
 from pathlib import Path
 
 from execproto import Policy, SpawnSpec
@@ -122,3 +124,52 @@ def test_the_kernel_knobs_are_read_only_in_either_kind_of_sandbox(tmp_path: Path
                  if point}
         assert set(knobs) == {"/proc/sys", "/proc/fs", "/proc/irq", "/proc/bus"}, said
         assert all("ro" in flags for flags in knobs.values()), said
+
+
+def _on_a_terminal(policy: Policy, script: str) -> str:
+    """What ``script`` writes on its terminal, in a sandbox of ``policy`` started with one."""
+    placeholders = _placeholders.Placeholders()
+    sandbox = _bwrap.Sandbox(BWRAP, None, placeholders)
+    spec = SpawnSpec(argv=("/bin/sh", "-c", script), arg0=None, cwd="/",
+                     env=(("PATH", "/usr/bin:/bin"),), tty=True, pipe_stdin=False,
+                     session_id="", process_id="console")
+    said = b""
+    try:
+        argv = sandbox.command(policy, spec, "/bin/sh")
+        staged = SpawnSpec(argv=tuple(argv), arg0=None, cwd="/", env=_bwrap.WRAPPER_ENV,
+                           tty=True, pipe_stdin=False, session_id="", process_id="console")
+        child = _zygote.ZYGOTE.spawn(staged, sandbox.fds, ())
+        try:
+            terminal, ends = child.outputs["pty"], time.monotonic() + 30
+            while time.monotonic() < ends:
+                if select.select([terminal], [], [], 0.2)[0]:
+                    try:
+                        chunk = os.read(terminal, 4096)
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # EIO: the terminal's last process is gone
+                        break
+                    if not chunk:
+                        break
+                    said += chunk
+                elif child.exit_status() is not None:
+                    break
+        finally:
+            child.signal_group("KILL")
+            child.reap()
+    finally:
+        sandbox.close()
+        placeholders.release(sandbox.uses)
+    return said.decode(errors="replace")
+
+
+def test_a_staged_sandbox_on_a_terminal_has_it_as_its_console(tmp_path: Path) -> None:
+    """As bubblewrap's own `--dev` does: the terminal the process was started on, bound as
+    /dev/console, which is then what `tty` names; a terminal of its own can be opened."""
+    script = ("stat -c '%F %a %t:%T' /dev/console; tty; "
+              "grep ' /dev/console ' /proc/self/mountinfo | cut -d' ' -f5,6; "
+              "python3 -c 'import os; m, s = os.openpty(); print(os.ttyname(s))'")
+    staged = _on_a_terminal(_workspace(tmp_path), script)
+    plain = _on_a_terminal(Policy.of([PathRule(path="/", access="read")], False), script)
+    assert "/dev/console\r\n/dev/console rw,nosuid" in staged and "/dev/pts/0" in staged
+    assert staged.splitlines()[1:] == plain.splitlines()[1:], (staged, plain)

@@ -370,6 +370,49 @@ valid_policy = st.fixed_dictionaries(
     }
 )
 
+
+
+def _special(kind: str, access: str) -> dict[str, Any]:
+    return {"path": {"type": "special", "value": {"kind": kind}}, "access": access}
+
+
+def _sandbox(permissions: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A ``sandbox`` param as Codex sends it, with these permissions."""
+    return {"permissions": permissions, "cwd": "file:///tmp", "workspaceRoots": ["file:///tmp"],
+            "windowsSandboxLevel": "disabled", **extra}
+
+
+_RESTRICTED = {"type": "restricted", "entries": [
+    _special("root", "read"), _special("project_roots", "write"), _special("slash_tmp", "write"),
+    {"path": {"type": "glob_pattern", "pattern": "**/*.env"}, "access": "none"},
+    {"path": {"type": "path", "path": "file:///tmp/secret"}, "access": "none"},
+]}
+# Sandboxes a client sends (read-only, workspace-write, none at all, the host's own) ...
+SANDBOXES = [
+    _sandbox({"type": "managed", "file_system": {"type": "restricted",
+                                                 "entries": [_special("root", "read")]},
+              "network": "restricted"}),
+    _sandbox({"type": "managed", "file_system": _RESTRICTED, "network": "enabled"}),
+    _sandbox({"type": "managed", "file_system": {"type": "unrestricted"}, "network": "restricted"}),
+    _sandbox({"type": "disabled"}),
+    _sandbox({"type": "external", "network": "restricted"}),
+]
+# ... and ones a step off: a field missing or of the wrong variant, a relative path.
+BAD_SANDBOXES = [
+    {},
+    {"permissions": {"type": "disabled"}},
+    _sandbox({"type": "nope"}),
+    _sandbox({"type": "disabled"}, windowsSandboxLevel="x"),
+    _sandbox({"type": "managed", "file_system": {"type": "restricted", "entries": "x"},
+              "network": "restricted"}),
+    _sandbox({"type": "managed", "file_system": {"type": "restricted", "entries": [
+        {"path": {"type": "path", "path": "relative"}, "access": "write"}]},
+        "network": "restricted"}),
+    _sandbox({"type": "managed", "file_system": {"type": "restricted", "entries": [
+        _special("unknown", "read"), _special("root", "all")]}, "network": "maybe"}),
+    {**_sandbox({"type": "disabled"}), "cwd": "relative"},
+]
+
 valid_uri = st.sampled_from(
     ["file:///tmp", "file:///tmp/a%20b", "file://localhost/etc/hosts", "file:///", "file:///%ff"]
 )
@@ -408,6 +451,8 @@ VALID: dict[str, st.SearchStrategy[Any]] = {
                       max_size=2),
     "port": st.sampled_from([1, 22, 8080, 65535]) | st.integers(1, 65535),
     "host": st.sampled_from(["127.0.0.1", "::1", "localhost", "10.0.0.1"]),
+    "openmode": st.sampled_from(["read", "replace", {"replace": None}]),
+    "sandbox": st.sampled_from(SANDBOXES),
 }
 TRICKY: dict[str, st.SearchStrategy[Any]] = {
     "id": st.sampled_from(["", "P", " ", "\x00", "\ud800", "x" * 100]) | st.text(max_size=8),
@@ -482,6 +527,8 @@ TRICKY: dict[str, st.SearchStrategy[Any]] = {
                               [{"id": "r", "path": "file:///x", "sandbox": {}}]]),
     "port": st.sampled_from([0, -1, 65536, 1.5, "80", True, None, 2**64]),
     "host": st.sampled_from(["", "example.com", "[::1]", "127.1", "0.0.0.0", "fe80::1%eth0", 1]),
+    "openmode": st.sampled_from(["", "write", "READ", {"read": 1}, {"read": None, "x": None}, []]),
+    "sandbox": st.sampled_from(BAD_SANDBOXES),
 }
 
 # method -> field -> kind; a "?" marks a field a valid call may leave out (the registry's).

@@ -36,6 +36,15 @@ class MethodInfo(NamedTuple):
 
 
 _M = MethodInfo
+
+
+def _fs(retry_safe: bool, schema: dict[str, str], example: dict[str, Any],
+        summary: str) -> MethodInfo:
+    """An fs call of the reference's: each may carry the sandbox it is to run under."""
+    return MethodInfo("filesystem", REFERENCE, retry_safe, {**schema, "sandbox": "sandbox?"},
+                      example, summary)
+
+
 _URI = "file:///tmp/x"
 _WALK_OPTIONS = {"maxDepth": 2, "maxDirectories": 10, "maxEntries": 100,
                  "followDirectorySymlinks": False}
@@ -56,7 +65,7 @@ METHODS: dict[str, MethodInfo] = {
         "exec", REFERENCE, True,
         {"processId": "newid", "argv": "argv", "cwd": "uri", "env": "map", "tty": "bool",
          "pipeStdin": "bool?", "arg0": "text?", "envPolicy": "policy?", "rows": "dim?",
-         "cols": "dim?"},
+         "cols": "dim?", "enforceManagedNetwork": "bool?", "sandbox": "sandbox?"},
         {"processId": "p", "argv": ["sh"], "cwd": "file:///tmp", "env": {}, "tty": False},
         "Start a process: argv, cwd, env or an env policy, pipes or a terminal."),
     "process/read": _M(
@@ -107,7 +116,7 @@ METHODS: dict[str, MethodInfo] = {
         "Read keys of the Codex config and requirements files that apply at a cwd."),
     "capabilities/discoverV2": _M(
         "capability discovery", REFERENCE, True,
-        {"cwd": "uri"},
+        {"cwd": "uri", "sandbox": "sandbox?"},
         {"cwd": "file:///tmp"},
         "The skills found from a cwd (plugins: none)."),
     "capabilityRoots/discoverV1": _M(
@@ -125,55 +134,43 @@ METHODS: dict[str, MethodInfo] = {
         "Make an HTTP request from the server's host; the body whole or streamed."),
     # -- files: a handle lives on its connection, so after a reconnect a repeated block call is
     # refused (unknown handle), which is harmless; a repeated open is not (see fs/open) --------
-    "fs/readFile": _M(
-        "filesystem", REFERENCE, True, {"path": "uri"}, {"path": _URI},
-        "Read a whole file (base64)."),
-    "fs/writeFile": _M(
-        "filesystem", REFERENCE, True, {"path": "uri", "dataBase64": "b64"},
-        {"path": _URI, "dataBase64": ""},
+    "fs/readFile": _fs(True, {"path": "uri"}, {"path": _URI}, "Read a whole file (base64)."),
+    "fs/writeFile": _fs(
+        True, {"path": "uri", "dataBase64": "b64"}, {"path": _URI, "dataBase64": ""},
         "Write a whole file (base64), replacing it."),
-    "fs/createDirectory": _M(
-        "filesystem", REFERENCE, True, {"path": "uri", "recursive": "bool?"}, {"path": _URI},
+    "fs/createDirectory": _fs(
+        True, {"path": "uri", "recursive": "bool?"}, {"path": _URI},
         "Create a directory, with its parents unless recursive is false."),
-    "fs/getMetadata": _M(
-        "filesystem", REFERENCE, True, {"path": "uri"}, {"path": _URI},
-        "A path's kind, size and times."),
-    "fs/canonicalize": _M(
-        "filesystem", REFERENCE, True, {"path": "uri"}, {"path": _URI},
-        "A path with its links resolved."),
-    "fs/readDirectory": _M(
-        "filesystem", REFERENCE, True, {"path": "uri"}, {"path": _URI},
-        "A directory's entries."),
-    "fs/walk": _M(
-        "filesystem", REFERENCE, True, {"path": "uri", "options": "walk"},
-        {"path": _URI, "options": _WALK_OPTIONS},
+    "fs/getMetadata": _fs(True, {"path": "uri"}, {"path": _URI}, "A path's kind, size and times."),
+    "fs/canonicalize": _fs(True, {"path": "uri"}, {"path": _URI}, "The path, links resolved."),
+    "fs/readDirectory": _fs(True, {"path": "uri"}, {"path": _URI}, "A directory's entries."),
+    "fs/walk": _fs(
+        True, {"path": "uri", "options": "walk"}, {"path": _URI, "options": _WALK_OPTIONS},
         "A tree's entries, within depth, directory and entry budgets."),
     # Removing what is gone already is no error (force defaults to true).
-    "fs/remove": _M(
-        "filesystem", REFERENCE, True, {"path": "uri", "recursive": "bool?", "force": "bool?"},
-        {"path": _URI},
+    "fs/remove": _fs(
+        True, {"path": "uri", "recursive": "bool?", "force": "bool?"}, {"path": _URI},
         "Remove a file or a tree."),
-    "fs/copy": _M(
-        "filesystem", REFERENCE, True,
-        {"sourcePath": "uri", "destinationPath": "uri", "recursive": "bool"},
+    "fs/copy": _fs(
+        True, {"sourcePath": "uri", "destinationPath": "uri", "recursive": "bool"},
         {"sourcePath": _URI, "destinationPath": "file:///tmp/y", "recursive": False},
         "Copy a file or a tree."),
     # On a new connection a repeat would open the handle again (a replace truncating again).
-    "fs/open": _M(
-        "filesystem", REFERENCE, False, {"handleId": "id", "path": "uri"},
+    "fs/open": _fs(
+        False, {"handleId": "id", "path": "uri", "mode": "openmode?"},
         {"handleId": "h", "path": _URI},
         "Open a file under a handle the client names, to read or (mode replace) write blocks."),
-    "fs/readBlock": _M(
-        "filesystem", REFERENCE, True, {"handleId": "id", "offset": "uint", "len": "uint"},
+    "fs/readBlock": _fs(
+        True, {"handleId": "id", "offset": "uint", "len": "uint"},
         {"handleId": "h", "offset": 0, "len": 1},
         "Read a block of an open file at an offset."),
     # The same bytes at the same offset.
-    "fs/writeBlock": _M(
-        "filesystem", REFERENCE, True, {"handleId": "id", "offset": "uint", "chunk": "b64"},
+    "fs/writeBlock": _fs(
+        True, {"handleId": "id", "offset": "uint", "chunk": "b64"},
         {"handleId": "h", "offset": 0, "chunk": "aGk="},
         "Write a block to a file opened for replace, at an offset."),
-    "fs/close": _M(
-        "filesystem", REFERENCE, True, {"handleId": "id"}, {"handleId": "h"},
+    "fs/close": _fs(
+        True, {"handleId": "id"}, {"handleId": "h"},
         "Close a file handle (closing twice is no error)."),
     # A watch lives on its connection: the repeat makes the watch the lost one was.
     "fs/watchMissing": _M(

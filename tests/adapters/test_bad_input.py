@@ -35,7 +35,7 @@ INVALID_PARAMS = -32602
 NOT_AN_OBJECT = "expected a JSON-RPC object"
 BAD_ID = "data did not match any variant of untagged enum RequestId"
 
-# -- the method/field/kind table (from fuzz/fuzz_core.py's SCHEMAS, refined by _params.py) ---------
+# -- the method/field/kind table (the registry's schemas, refined by the parsers' errors) ---------
 # A trailing "?" marks an optional field. "a.b" is field b of the object in field a.
 METHODS: dict[str, dict[str, str]] = {
     "initialize": {"clientName": "text", "resumeSessionId": "text?", "outputAcks": "bool?"},
@@ -55,6 +55,8 @@ METHODS: dict[str, dict[str, str]] = {
         "envPolicy.includeOnly": "texts",
         "rows": "dim?",
         "cols": "dim?",
+        "enforceManagedNetwork": "bool?",
+        "sandbox": "sandbox?",
     },
     "process/read": {
         "processId": "text", "afterSeq": "uint?", "maxBytes": "uint?", "waitMs": "uint?",
@@ -76,7 +78,7 @@ METHODS: dict[str, dict[str, str]] = {
     "fs/readDirectory": {"path": "uri"},
     "fs/remove": {"path": "uri", "recursive": "bool?", "force": "bool?"},
     "fs/copy": {"sourcePath": "uri", "destinationPath": "uri", "recursive": "bool"},
-    "fs/open": {"handleId": "handle", "path": "uri"},
+    "fs/open": {"handleId": "handle", "path": "uri", "mode": "openmode?"},
     "fs/readBlock": {"handleId": "text", "offset": "uint", "len": "blocklen"},
     "fs/close": {"handleId": "text"},
     "fs/walk": {"path": "uri", "options": "walk", "options.followDirectorySymlinks": "bool"},
@@ -84,13 +86,13 @@ METHODS: dict[str, dict[str, str]] = {
     "fs/watchMissing": {"watchId": "uint", "missing": "uris", "present": "uri?"},
     "environmentConfig/read": {"cwd": "uri", "configPaths": "keypaths",
                                "requirementsPaths": "keypaths"},
-    "capabilities/discoverV2": {"cwd": "uri"},
+    "capabilities/discoverV2": {"cwd": "uri", "sandbox": "sandbox?"},
     "capabilityRoots/discoverV1": {"roots": "roots"},
     "forward/open": {"port": "port", "host": "host?", "sessionId": "text?"},
     "forward/write": {"streamId": "uint", "dataBase64": "b64?", "eof": "bool?"},
     "forward/ack": {"streamId": "uint", "seq": "uint"},
     "forward/close": {"streamId": "uint"},
-    # fuzz_core marks headers required; parse_http reads it as optional.
+    # The registry marks headers required (Codex sends them); parse_http reads it as optional.
     "http/request": {
         "method": "method",
         "url": "url",
@@ -102,6 +104,10 @@ METHODS: dict[str, dict[str, str]] = {
         "redirectPolicy": "redirect?",
     },
 }
+# Every fs call but the watch may carry a sandbox.
+for _name in METHODS:
+    if _name.startswith("fs/") and _name != "fs/watchMissing":
+        METHODS[_name]["sandbox"] = "sandbox?"
 
 # What the params object itself is called in "invalid type: ..., expected <struct>".
 STRUCTS = {
@@ -310,6 +316,19 @@ WRONG: dict[str, list[tuple[Any, int, str]]] = {
         (["a"], P, 'invalid type: string "a", expected a sequence'),
         ([[1]], P, _NUMBER_NOT_STRING),
         ([[]], P, "TOML paths must contain at least one key segment"),
+    ],
+    "sandbox": [
+        ("x", P, 'invalid type: string "x", expected struct WireFileSystemSandboxContext'),
+        ({}, P, "missing field `permissions`"),
+        ({"permissions": {"type": "nope"}, "windowsSandboxLevel": "disabled"}, P,
+         "unknown variant `nope`, expected one of `managed`, `disabled`, `external`"),
+        ({"permissions": {"type": "disabled"}}, P, "missing field `windowsSandboxLevel`"),
+    ],
+    "openmode": [
+        (1, P, "invalid type: number, expected string or map"),
+        ("write", P, "unknown variant `write`, expected `read` or `replace`"),
+        ({"read": None, "replace": None}, P, "invalid value: map, expected map with a single key"),
+        ({"read": 1}, P, "invalid type: number, expected unit"),
     ],
     "roots": [
         ("x", P, 'invalid type: string "x", expected a sequence'),

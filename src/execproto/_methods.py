@@ -113,7 +113,7 @@ METHODS: dict[str, MethodInfo] = {
         "environment config", REFERENCE, True,
         {"cwd": "uri", "configPaths": "keypaths", "requirementsPaths": "keypaths"},
         {"cwd": "file:///tmp", "configPaths": [["mcp_servers"]], "requirementsPaths": []},
-        "Read keys of the Codex config and requirements files that apply at a cwd."),
+        "The Codex config and requirements layers that apply at a cwd, for the keys asked."),
     "capabilities/discoverV2": _M(
         "capability discovery", REFERENCE, True,
         {"cwd": "uri", "sandbox": "sandbox?"},

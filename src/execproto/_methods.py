@@ -33,16 +33,19 @@ class MethodInfo(NamedTuple):
     schema: dict[str, str]
     example: dict[str, Any]  # valid params: the method's parser takes them
     summary: str  # one line, for the docs' table of methods
+    # The flag of environmentInfo's "capabilities" that tells a client the server has it
+    # ("": none; a client of the reference's calls it whatever the flags say).
+    capability: str = ""
 
 
 _M = MethodInfo
 
 
-def _fs(retry_safe: bool, schema: dict[str, str], example: dict[str, Any],
-        summary: str) -> MethodInfo:
+def _fs(retry_safe: bool, schema: dict[str, str], example: dict[str, Any], summary: str,
+        capability: str = "") -> MethodInfo:
     """An fs call of the reference's: each may carry the sandbox it is to run under."""
     return MethodInfo("filesystem", REFERENCE, retry_safe, {**schema, "sandbox": "sandbox?"},
-                      example, summary)
+                      example, summary, capability)
 
 
 _URI = "file:///tmp/x"
@@ -113,12 +116,13 @@ METHODS: dict[str, MethodInfo] = {
         "environment config", REFERENCE, True,
         {"cwd": "uri", "configPaths": "keypaths", "requirementsPaths": "keypaths"},
         {"cwd": "file:///tmp", "configPaths": [["mcp_servers"]], "requirementsPaths": []},
-        "The Codex config and requirements layers that apply at a cwd, for the keys asked."),
+        "The Codex config and requirements layers that apply at a cwd, for the keys asked.",
+        "environmentConfigRead"),
     "capabilities/discoverV2": _M(
         "capability discovery", REFERENCE, True,
         {"cwd": "uri", "sandbox": "sandbox?"},
         {"cwd": "file:///tmp"},
-        "The skills found from a cwd (plugins: none)."),
+        "The skills found from a cwd (plugins: none).", "capabilityDiscoveryV2"),
     "capabilityRoots/discoverV1": _M(
         "capability discovery", REFERENCE, True,
         {"roots": "roots"},
@@ -168,7 +172,7 @@ METHODS: dict[str, MethodInfo] = {
     "fs/writeBlock": _fs(
         True, {"handleId": "id", "offset": "uint", "chunk": "b64"},
         {"handleId": "h", "offset": 0, "chunk": "aGk="},
-        "Write a block to a file opened for replace, at an offset."),
+        "Write a block to a file opened for replace, at an offset.", "fileWriteStreaming"),
     "fs/close": _fs(
         True, {"handleId": "id"}, {"handleId": "h"},
         "Close a file handle (closing twice is no error)."),
@@ -177,7 +181,8 @@ METHODS: dict[str, MethodInfo] = {
         "filesystem", REFERENCE, True,
         {"watchId": "uint", "missing": "uris", "present": "uri?"},
         {"watchId": 1, "missing": [_URI]},
-        "Watch paths that do not exist yet; fs/missingChanged tells when one appears."),
+        "Watch paths that do not exist yet; fs/missingChanged tells when one appears.",
+        "fsWatchMissing"),
     # -- port forwarding: stream ids are per connection and start at 1 on each, so a repeat on
     # the new connection would act on another stream --------------------------------------
     "forward/open": _M(

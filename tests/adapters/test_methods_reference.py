@@ -1,7 +1,7 @@
 """The registry's word on each method's origin, held to the reference: it answers every method
 the registry calls the reference's (a params error for params ``"x"``, so nothing runs) and
-none the registry calls execproto's extension (-32601). One reference over stdio, about a
-second."""
+none the registry calls execproto's extension (-32601); and each capability flag the registry
+names is one the reference announces. One reference over stdio, about a second."""
 
 from __future__ import annotations
 
@@ -48,7 +48,9 @@ def test_the_reference_answers_its_methods_and_not_the_extensions(tmp_path: Path
         raise AssertionError(f"the reference ended without answering {method}")
 
     try:
-        assert "result" in call(0, "initialize", {"clientName": "registry"})
+        greeting = call(0, "initialize", {"clientName": "registry"})["result"]
+        assert isinstance(greeting, dict)
+        announced = greeting["environmentInfo"]["capabilities"]
         stdin.write(json.dumps({"method": "initialized", "params": {}}) + "\n")
         expected = {OF_THE_REFERENCE: INVALID_PARAMS, EXTENSION: METHOD_NOT_FOUND}
         wrong = {}
@@ -62,3 +64,6 @@ def test_the_reference_answers_its_methods_and_not_the_extensions(tmp_path: Path
         server.kill()
         server.wait()
     assert not wrong, f"the registry's origin vs the reference's answer: {wrong}"
+    # Each capability the registry names is a flag of the reference's.
+    named = {method.capability for method in METHODS.values()} - {""}
+    assert named <= set(announced), f"not the reference's flags: {named - set(announced)}"

@@ -6,9 +6,11 @@ reference's or execproto's extension, whether the client may send it again after
 the fields the fuzzer builds calls from, one valid call for the tests, and a line for the docs.
 
 Adding a method is an entry here and its handler; `tests/core/test_methods.py` then names
-whatever else is missing (a method served but not listed, or listed but not served, or an
-example its own parser refuses). The client's retry rule, the fuzzer's schema and the tests'
-valid calls come from the entry.
+whatever else is missing: a method served but not listed (or listed but not served), a category
+the server names otherwise, an example its own parser refuses, a kind the fuzzer cannot draw, a
+field the bad-input tests do not break. The client's retry rule, the fuzzer's schema and the
+tests' valid calls come from the entry; `tests/adapters/test_methods_reference.py` holds the
+origins and capability flags to the reference.
 
 Kept to the standard library and built once at import: the server loads it on its start path.
 """
@@ -33,8 +35,8 @@ class MethodInfo(NamedTuple):
     schema: dict[str, str]
     example: dict[str, Any]  # valid params: the method's parser takes them
     summary: str  # one line, for the docs' table of methods
-    # The flag of environmentInfo's "capabilities" that tells a client the server has it
-    # ("": none; a client of the reference's calls it whatever the flags say).
+    # The flag of environmentInfo's "capabilities" that tells a client the server has it ("":
+    # no flag names it).
     capability: str = ""
 
 

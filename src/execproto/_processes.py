@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from . import _descriptors, _netproxy, _netproxy_params, _params, _sandbox, _shares, _snapshot
+from . import _descriptors, _params, _sandbox, _shares, _snapshot
 from ._env import child_environment, login_shell
 from ._errors import (
     LocalProtocolError,
@@ -58,6 +58,9 @@ from .events import (
     StdinWritten,
     StreamClosed,
 )
+
+if TYPE_CHECKING:
+    from . import _netproxy
 
 ABANDONED = "output pipes abandoned: a descendant kept them open after the process was terminated"
 RECLAIMED = ("terminated while its session was detached: the server was full, and another "
@@ -187,6 +190,15 @@ class ProcessHandlers(CoreState):
         """The managed network proxy to launch (``networkProxy``), checked as the reference
         checks it. Managed networking enforced on a sandbox with the network but no proxy to
         enforce it with fails closed (-32602), before anything runs."""
+        if p.network_proxy is None and p.managed_network is None:
+            if p.enforce_managed_network and sandbox is not None and sandbox.network:
+                raise invalid_params(f"{_sandbox.CANNOT_ENFORCE}: managed networking is "
+                                     "enforced, and no networkProxy says how")
+            return None
+        # The proxy's policy and parameters (and credential masking's) are loaded here, at the
+        # first start that asks for a proxy: no server's start pays for them.
+        from . import _netproxy, _netproxy_params
+
         managed = _netproxy_params.parse_managed(p.managed_network)
         if p.network_proxy is None:
             if managed is not None and managed.transparent_tcp:

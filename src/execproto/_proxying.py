@@ -6,34 +6,40 @@ told to the client too (``network/policyDecision``). Where the policy says "ask"
 allowlisted, or a review domain, with ``policyDecisionTimeoutMs`` set), the session's client
 is asked with a request of the server's own (``network/policyRequest``): its answer rules,
 and no answer in time, a closed connection or a detached session deny.
+
+The policy (`_netproxy`) is imported where it is used: it is loaded at the first start that
+launches a proxy (`_processes`), before which nothing here runs, so no server's start pays for it.
 """
 
 from __future__ import annotations
 
-from . import _netproxy
+from typing import TYPE_CHECKING
+
 from ._jsonrpc import ClientResponse, encode_request
 from ._lifecycle import Timer
-from ._netproxy import Question, Verdict
 from ._process import Process
 from ._session import Connection
 from ._state import CoreState, PendingAsk
 from .actions import AnswerProxy, Send
 from .events import ProxyAsked
 
+if TYPE_CHECKING:
+    from ._netproxy import Question, Verdict
+
 # Questions one connection's decider may have unanswered at once: past it, the next is denied
 # at once (a sandbox opening connections in a loop must not grow the server's memory).
 MAX_ASKS_PER_CONNECTION = 256
 SOCKS = ("socks5_tcp", "socks5_udp")
-# What a question is answered when its process is gone (its listeners are closing).
-GONE = _netproxy.Verdict(decision="deny", reason=_netproxy.NOT_ALLOWED)
 
 
 class ProxyHandlers(CoreState):
     def _on_proxy_asked(self, event: ProxyAsked) -> None:
+        from . import _netproxy
+
         process = self._procs.get(event.proc)
         launch = self._launches.get(event.proc)
         if process is None or launch is None:
-            self._answer(event.ask, event.question, GONE)
+            self._answer(event.ask, event.question, _gone())
             return
         clock = event.wall - self._now
         decider = launch.policy_decision_timeout_ms is not None
@@ -44,8 +50,7 @@ class ProxyHandlers(CoreState):
         conn = process.session.conn
         asked = sum(1 for key in self._asks if key[0] == conn)
         if conn is None or asked >= MAX_ASKS_PER_CONNECTION:
-            no_answer = _netproxy.decider_verdict(None)
-            self._decided(process, event.ask, event.question, (no_answer,), clock)
+            self._decided(process, event.ask, event.question, (_no_answer(),), clock)
             return
         request_id = self._next_request
         self._next_request += 1
@@ -67,25 +72,29 @@ class ProxyHandlers(CoreState):
         if pending is None:
             return False
         self._timers.cancel((Timer.DECIDE, (c.conn, response.id)))
+        from . import _netproxy
+
         result = response.result if response.error is None else None
         self._settle_ask(pending, _netproxy.decider_verdict(result))
         return True
 
     def _on_decide_due(self, key: tuple[int, int]) -> None:
         pending = self._asks.pop(key)
-        self._settle_ask(pending, _netproxy.decider_verdict(None))
+        self._settle_ask(pending, _no_answer())
 
     def _asks_closed(self, conn: int) -> None:
         """The connection closed: its questions get no answer, so each is denied now."""
         for key in [key for key in self._asks if key[0] == conn]:
             self._timers.cancel((Timer.DECIDE, key))
-            self._settle_ask(self._asks.pop(key), _netproxy.decider_verdict(None))
+            self._settle_ask(self._asks.pop(key), _no_answer())
 
     def _settle_ask(self, pending: PendingAsk, answer: Verdict) -> None:
+        from . import _netproxy
+
         launch = self._launches.get(pending.proc)
         process = self._procs.get(pending.proc)
         if launch is None or process is None:
-            self._answer(pending.ask, pending.question, GONE)
+            self._answer(pending.ask, pending.question, _gone())
             return
         verdicts = _netproxy.after_decider(launch.proxy, pending.question, answer)
         self._decided(process, pending.ask, pending.question, verdicts, pending.clock)
@@ -95,6 +104,8 @@ class ProxyHandlers(CoreState):
         """Answer the listener by the last verdict, and tell the client each of them. A
         connection whose sending is blocked is not told (it reads nothing now, and a sandbox
         asking in a loop would fill its buffer): the answer itself never waits."""
+        from . import _netproxy
+
         self._answer(ask, question, verdicts[-1])
         conn = process.session.conn
         if conn is None or self._conns[conn].blocked:
@@ -105,6 +116,8 @@ class ProxyHandlers(CoreState):
             self._notify(process.session, "network/policyDecision", params)
 
     def _answer(self, ask: int, question: Question, verdict: Verdict) -> None:
+        from . import _netproxy
+
         if verdict.allowed:
             self._emit(AnswerProxy(ask=ask, allow=True))
             return
@@ -115,3 +128,17 @@ class ProxyHandlers(CoreState):
         status, headers, body = _netproxy.refusal(question, verdict)
         self._emit(AnswerProxy(ask=ask, allow=False, refusal=(status, tuple(headers), body),
                                socks_code=code))
+
+
+def _no_answer() -> Verdict:
+    """What the client's decider said when it said nothing in time, or could not."""
+    from . import _netproxy
+
+    return _netproxy.decider_verdict(None)
+
+
+def _gone() -> Verdict:
+    """What a question is answered when its process is gone (its listeners are closing)."""
+    from . import _netproxy
+
+    return _netproxy.Verdict(decision="deny", reason=_netproxy.NOT_ALLOWED)

@@ -6,7 +6,7 @@ one, so each concern lives in its own small module while there is still one owne
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -15,13 +15,16 @@ from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError, invalid_request
 from ._jsonrpc import Id, encode_error, encode_notification, encode_result
 from ._lifecycle import Timer
-from ._netproxy import ProxyLaunch, Question
 from ._process import Process
 from ._records import Record
 from ._session import Connection, Session
 from ._stats import Stats
 from ._timers import Timers
 from .actions import Action, Send
+
+if TYPE_CHECKING:
+    # Only types here: the proxy's policy is loaded at the first start that launches one.
+    from ._netproxy import ProxyLaunch, Question
 
 
 @attrs.frozen(repr=False, eq=False, slots=False)

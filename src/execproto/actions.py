@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from ._netproxy import ProxyConfig
 from ._policy import Policy
 from ._records import Record
 from ._snapshot import ShellSnapshot
+
+if TYPE_CHECKING:
+    # Only a field's type: the proxy's policy is loaded at the first start that launches one.
+    from ._netproxy import ProxyConfig
 
 __all__ = [
     "ACTION_TYPES",

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from ._errors import RpcError
-from ._netproxy import Question
 from ._records import Record
 
 __all__ = [
@@ -53,6 +52,10 @@ __all__ = [
     "StreamClosed",
     "Tick",
 ]
+
+if TYPE_CHECKING:
+    # Only a field's type: the proxy's policy is loaded at the first start that launches one.
+    from ._netproxy import Question
 
 # A process's output streams: "stdout" and "stderr" for a process with pipes, "pty" alone for
 # one with a terminal (which merges the two).

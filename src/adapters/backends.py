@@ -20,19 +20,21 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from execproto import Policy, SpawnSpec
-from execproto.netproxy import Brokered, ProxyConfig, proxy_env
 from execproto.policy import PathRule, PlantedLink, pinned
 
 from ._files._beneath import Scope
 from ._processes import _bwrap, _netns, _placeholders, _posix
 from ._processes._bwrap import Budget
 from ._processes._posix import resolve_program
-from ._proxy import _masking
+
+if TYPE_CHECKING:
+    # The proxy's policy and credential masking are loaded at the first proxied start.
+    from execproto.netproxy import Brokered, ProxyConfig
 
 log = logging.getLogger("execproto")
 
@@ -289,6 +291,8 @@ class LocalBackend:
                 if request.proxy.transparent_tcp:
                     listeners = self._transparent(private, listeners)
                 if request.proxy.credential_masking:  # its CA bundle: readable, not writable
+                    from ._proxy import _masking
+
                     policy = _masking.bundle_readable(policy)
                 env, listeners = _with_proxy(request, listeners)
                 request = attrs.evolve(request, env=env)
@@ -426,6 +430,10 @@ def _with_proxy(request: SpawnSpec,
     """The child's environment with the proxy's variables (the policy's, `proxy_env`): they
     win over the client's own, as the reference's do. With credential masking, its
     credentials masked too, and the listeners carry what the proxy brokers."""
+    from execproto.netproxy import proxy_env
+
+    from ._proxy import _masking
+
     assert request.proxy is not None
     socks = listeners.socks.getsockname()[1] if listeners.socks is not None else None
     added = proxy_env(request.proxy, listeners.http.getsockname()[1], socks)

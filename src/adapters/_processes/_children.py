@@ -43,7 +43,6 @@ from execproto import (
     WriteStdin,
 )
 from execproto.events import Stream
-from execproto.netproxy import Question
 
 from .._loop import Loop
 from .._proxy import ProxyRoom
@@ -52,6 +51,8 @@ from ..backends import Backend, Refused
 from . import _cgroups, _posix
 
 if TYPE_CHECKING:
+    from execproto.netproxy import Question
+
     from ._snapshots import Snapshots
 
 log = logging.getLogger("execproto")

@@ -21,11 +21,11 @@ import socket
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from execproto.netproxy import Brokered
-
 from .._loop import Loop
 
 if TYPE_CHECKING:
+    from execproto.netproxy import Brokered
+
     from . import _room
     from ._hub import Limits, Refusal
     from ._question import Question

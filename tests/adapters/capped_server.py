@@ -11,8 +11,9 @@ import sys
 
 from execproto import Config
 from execproto.adapters import cli
+from execproto.adapters._command import _serve
 
 if __name__ == "__main__":
     caps = {"max_processes": int(sys.argv[1]), "max_session_processes": int(sys.argv[2])}
-    cli.Config = functools.partial(Config, **caps)  # type: ignore[misc]
+    _serve.Config = functools.partial(Config, **caps)  # type: ignore[misc]
     sys.exit(cli.main(sys.argv[3:]))

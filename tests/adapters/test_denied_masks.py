@@ -141,7 +141,10 @@ RUNS = [()] + ([NOBODY] if IS_ROOT else [])
 def _nobody_problem() -> str | None:
     done = subprocess.run([*NOBODY, sys.executable, "-c", "import execproto"],
                           capture_output=True, text=True)
-    return None if done.returncode == 0 else f"nobody cannot run execproto here: {done.stderr}"
+    if done.returncode == 0:
+        return None
+    said = (done.stderr.strip().splitlines() or [""])[-1]
+    return f"nobody cannot run execproto here (is the checkout private?): {said}"
 
 
 @pytest.fixture(scope="module", params=RUNS, ids=lambda prefix: "nobody" if prefix else "self")

@@ -60,7 +60,10 @@ RUNS = [(adapter, ()) for adapter in ADAPTERS] + ([("asyncio", NOBODY)] if IS_RO
 def _nobody_problem() -> str | None:
     probe = subprocess.run([*NOBODY, sys.executable, "-c", "import execproto"],
                            capture_output=True, text=True)
-    return None if probe.returncode == 0 else f"nobody cannot run execproto here: {probe.stderr}"
+    if probe.returncode == 0:
+        return None
+    said = (probe.stderr.strip().splitlines() or [""])[-1]
+    return f"nobody cannot run execproto here (is the checkout private?): {said}"
 
 
 @pytest.fixture(scope="module", params=RUNS, ids=lambda run: run[0] + ("-nobody" if run[1] else ""))

@@ -106,7 +106,10 @@ def _nobody_problem() -> str | None:
         return "needs root, to run the server as nobody"
     probe = subprocess.run([*NOBODY, sys.executable, "-c", "import execproto"],
                            capture_output=True, text=True)
-    return None if probe.returncode == 0 else f"nobody cannot run execproto here: {probe.stderr}"
+    if probe.returncode == 0:
+        return None
+    said = (probe.stderr.strip().splitlines() or [""])[-1]
+    return f"nobody cannot run execproto here (is the checkout private?): {said}"
 
 
 def _open_dir(prefix: str) -> Path:

@@ -208,6 +208,28 @@ def test_the_readme_shows_the_performance_table_of_docs_performance() -> None:
     assert readme == page
 
 
+def methods_table(root: Path) -> list[str]:
+    """The rows of protocol.md's table of methods (after its marker comment)."""
+    text = (root / "docs" / "protocol.md").read_text()
+    marker = "<!-- methods table: generated from execproto._methods -->"
+    if marker not in text:
+        return []
+    table = text.split(marker, 1)[1].strip().split("\n\n", 1)[0]
+    return table.splitlines()[2:]  # under its header
+
+
+def registry_rows() -> list[str]:
+    from execproto._methods import METHODS
+
+    return [f"| `{name}` | {info.summary} | {info.origin} | "
+            f"{'yes' if info.retry_safe else 'no'} |" for name, info in METHODS.items()]
+
+
+def test_the_table_of_methods_is_the_registrys() -> None:
+    """Regenerate it with the rows `registry_rows` makes, when a method is added."""
+    assert methods_table(ROOT) == registry_rows()
+
+
 # Running the blocks: those of one setting together, in a network namespace of their own.
 
 def _namespace() -> list[str] | None:

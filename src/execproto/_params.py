@@ -9,11 +9,11 @@ Clients and their authors have seen these; keeping them means one set of errors 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from . import _sandbox, _snapshot
+from . import _sandbox
 from ._b64 import decode as b64decode
 from ._env import INHERIT_CHOICES, EnvPolicy, Inherit
 from ._errors import invalid_params
@@ -21,8 +21,10 @@ from ._fields import Fields, text, wrong_type
 from ._paths import cwd_from_uri
 from ._records import Record
 from ._sandbox import SandboxRequest
-from ._snapshot import SnapshotRequest
 from .actions import SignalName
+
+if TYPE_CHECKING:
+    from ._snapshot import SnapshotRequest
 
 
 @attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
@@ -130,6 +132,16 @@ def _os_env(env: Any, field: str) -> None:
         _os_text(value, f"{field} `{name}`")
 
 
+def _shell_snapshot(raw: Any) -> SnapshotRequest | None:
+    """``shellSnapshot``, parsed by the shell snapshots' module, which is loaded at the first
+    start that has one: no server's start pays for it."""
+    if raw is None:
+        return None
+    from . import _snapshot
+
+    return _snapshot.parse(raw)
+
+
 def start(params: Any) -> StartParams:
     fields = Fields(params, "WireExecParams")
     process_id = fields.ident("processId")
@@ -143,7 +155,7 @@ def start(params: Any) -> StartParams:
     sandbox = _sandbox.parse(fields.raw("sandbox"))
     terminal_size = _terminal_size(fields, tty)
     enforce_managed_network = fields.flag("enforceManagedNetwork", False)
-    snapshot = _snapshot.parse(fields.raw("shellSnapshot"))
+    snapshot = _shell_snapshot(fields.raw("shellSnapshot"))
     if not argv:
         raise invalid_params("argv must not be empty")
     for index, arg in enumerate(argv):
@@ -153,7 +165,10 @@ def start(params: Any) -> StartParams:
     _os_env(env.items(), "env")
     if env_policy is not None:
         _os_env(env_policy.set, "envPolicy.set")
-    snapshot = _snapshot.applies(snapshot, argv)
+    if snapshot is not None:
+        from . import _snapshot
+
+        snapshot = _snapshot.applies(snapshot, argv)
     return StartParams(
         process_id=process_id,
         argv=argv,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from . import _descriptors, _params, _sandbox, _shares, _snapshot
+from . import _descriptors, _params, _sandbox, _shares
 from ._env import child_environment, login_shell
 from ._errors import (
     LocalProtocolError,
@@ -114,6 +114,13 @@ class ProcessHandlers(CoreState):
         session.processes[p.process_id] = process
         self._procs[handle] = process
         c.starts[handle] = msg_id
+        snapshot = None
+        if p.shell_snapshot is not None:  # its module was loaded by the start's parse
+            from . import _snapshot
+
+            snapshot = _snapshot.for_start(
+                p.shell_snapshot, session_id=session.session_id, cwd=p.cwd, env=p.env,
+                env_policy=p.env_policy, sandbox=sandbox, proxied=launch is not None)
         spec = SpawnSpec(
             argv=p.argv,
             arg0=p.arg0,
@@ -126,9 +133,7 @@ class ProcessHandlers(CoreState):
             sandbox=sandbox,
             terminal_size=p.terminal_size,
             proxy=launch.proxy if launch is not None else None,
-            snapshot=None if p.shell_snapshot is None else _snapshot.for_start(
-                p.shell_snapshot, session_id=session.session_id, cwd=p.cwd, env=p.env,
-                env_policy=p.env_policy, sandbox=sandbox, proxied=launch is not None),
+            snapshot=snapshot,
         )
         if launch is not None:
             self._launches[handle] = launch

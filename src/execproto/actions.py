@@ -15,11 +15,12 @@ import attrs
 
 from ._policy import Policy
 from ._records import Record
-from ._snapshot import ShellSnapshot
 
 if TYPE_CHECKING:
-    # Only a field's type: the proxy's policy is loaded at the first start that launches one.
+    # Only fields' types: the proxy's policy and the shell snapshots' module are loaded at the
+    # first start that asks for each.
     from ._netproxy import ProxyConfig
+    from ._snapshot import ShellSnapshot
 
 __all__ = [
     "ACTION_TYPES",

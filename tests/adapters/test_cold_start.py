@@ -28,11 +28,11 @@ NOT_FOR_SERVING = (
 # Nor what only some requests need, imported at the first of them: the managed proxy's room,
 # its policy, parameters and credential masking, http/request's and forwarding's rooms, their
 # handlers, events and actions in the core and forwarding's parameters, a trace's recorder, the
-# host's skills, TOML (environmentConfig/read), fs/copy and the shell snapshots' room; nor
-# `uuid` (a session's id is made from os.urandom).
+# host's skills, TOML (environmentConfig/read), fs/copy and the shell snapshots' room and
+# parser; nor `uuid` (a session's id is made from os.urandom).
 NOT_UNTIL_ASKED = (
     "execproto.adapters._proxy._room", "execproto._netproxy", "execproto._netproxy_params",
-    "execproto._credentials", "execproto.adapters._proxy._masking",
+    "execproto._credentials", "execproto.adapters._proxy._masking", "execproto._snapshot",
     "execproto.adapters._http._http_calls",
     "execproto.adapters._forward._streams", "execproto._forward_params", "execproto._forwards",
     "execproto._forward_stream", "execproto._forward_events", "execproto._forward_actions",

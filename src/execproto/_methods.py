@@ -1,18 +1,19 @@
 """Every method the exec-server answers, in one table: what the rest of the project knows of it.
 
-The server's handlers stay in the server (`ServerCore._methods`, forwarding's `methods()`); this
-table is what the others read: the category a handshake error names, whether the method is the
-reference's or execproto's extension, whether the client may send it again after a reconnect,
-the fields the fuzzer builds calls from, one valid call for the tests, and a line for the docs.
+The server's parsers and handlers stay in the server (`ServerCore._methods`, a later family's
+`methods()`); this table is the rest: the category a handshake error names and whether the
+method is the reference's or execproto's extension (the server reads both from here), whether
+the client may send it again after a reconnect, the fields the fuzzer builds calls from, one
+valid call for the tests, and a line for the docs (protocol.md's table of methods).
 
 Adding a method is an entry here and its handler; `tests/core/test_methods.py` then names
-whatever else is missing: a method served but not listed (or listed but not served), a category
-the server names otherwise, an example its own parser refuses, a kind the fuzzer cannot draw, a
-field the bad-input tests do not break. The client's retry rule, the fuzzer's schema and the
-tests' valid calls come from the entry; `tests/adapters/test_methods_reference.py` holds the
-origins and capability flags to the reference.
+whatever else is missing: a method served but not listed (or listed but not served), an
+extension initialize does not announce, an example its own parser refuses, a kind the fuzzer
+cannot draw, a field the bad-input tests do not break. `tests/adapters/test_methods_reference.py`
+holds the origins and capability flags to the reference.
 
-Kept to the standard library and built once at import: the server loads it on its start path.
+Kept to the standard library and loaded late: the server reads it at the first initialize
+(the extensions it announces) or handshake error, never on the way to ready.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ actions, which is what lets a recorded trace be replayed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -63,20 +64,38 @@ Handler = Callable[[Connection, Session, Id, Any], None]
 @attrs.frozen(repr=False, eq=False, slots=False)
 class Method(Record):
     """How one request method is served: params are parsed before the handshake is checked
-    (so a malformed call gets its params error in any state), then ``run`` does the work."""
+    (so a malformed call gets its params error in any state), then ``run`` does the work.
+    What else is known of it (the category its handshake errors name, whether it is an
+    extension) is its entry in the registry, `_methods.METHODS`."""
 
-    category: str  # for the handshake errors: "exec", "filesystem", ...
     parse: Callable[[Any], Any]
     run: Handler
 
 
 def _fs_method(name: str, run: Handler) -> Method:
-    return Method("filesystem", lambda raw: parse_fs(name, raw), run)
+    return Method(lambda raw: parse_fs(name, raw), run)
 
 
-def _host_method(category: str, name: str, parse: Callable[[Any], Any], run: Handler) -> Method:
+def _host_method(name: str, parse: Callable[[Any], Any], run: Handler) -> Method:
     """A call about the executor's own setup: blocking file reads, so run as one."""
-    return Method(category, lambda raw: (FsRequest(method=name, params=parse(raw)), None), run)
+    return Method(lambda raw: (FsRequest(method=name, params=parse(raw)), None), run)
+
+
+def _category(method: str) -> str:
+    """The words a handshake error uses for ``method``'s kind: "exec", "filesystem", ... (the
+    registry is loaded at the first such error: no start pays for it)."""
+    from ._methods import METHODS
+
+    return METHODS[method].category
+
+
+@functools.cache
+def _extensions() -> tuple[str, ...]:
+    """The methods execproto serves beyond the reference's, from the registry (loaded at the
+    first initialize)."""
+    from ._methods import EXTENSION, METHODS
+
+    return tuple(name for name, info in METHODS.items() if info.origin == EXTENSION)
 
 
 _FS_METHODS = (
@@ -111,10 +130,6 @@ _FAMILY_OF_METHOD = {method: family for family, (methods, _) in LATER.items()
                      for method in methods}
 _FAMILY_OF_EVENTS = {__package__ + events: family for family, (_, events) in LATER.items()}
 
-# The methods execproto serves beyond the reference's, named in every initialize answer under
-# "execproto" (a field the Codex client ignores), so that a client can tell before it calls one
-# (the reference answers each with -32601).
-EXTENSIONS = ("process/ack", "process/resize", *FORWARD_METHODS)
 
 # Seconds a connection keeps its place however many come after it: an honest client sends
 # initialize one round trip after its upgrade; a client's that never does are the first to go.
@@ -164,29 +179,26 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
             Tick: self._on_tick,
         }
         self._methods: dict[str, Method] = {
-            "process/start": Method("exec", _params.start, self._process_start),
-            "process/read": Method("exec", _params.read, self._process_read),
-            "process/write": Method("exec", _params.write, self._process_write),
-            "process/signal": Method("exec", _params.signal, self._process_signal),
-            "process/terminate": Method("exec", _params.terminate, self._process_terminate),
-            "process/ack": Method("exec", _params.ack, self._process_ack),
-            "process/resize": Method("exec", _params.resize, self._process_resize),
-            "environment/info": Method("environment info", _host_params.unit,
+            "process/start": Method(_params.start, self._process_start),
+            "process/read": Method(_params.read, self._process_read),
+            "process/write": Method(_params.write, self._process_write),
+            "process/signal": Method(_params.signal, self._process_signal),
+            "process/terminate": Method(_params.terminate, self._process_terminate),
+            "process/ack": Method(_params.ack, self._process_ack),
+            "process/resize": Method(_params.resize, self._process_resize),
+            "environment/info": Method(_host_params.unit,
                                        self._environment_info),
-            "environment/status": Method("environment status", _host_params.unit,
+            "environment/status": Method(_host_params.unit,
                                          self._environment_status),
             **{name: _fs_method(name, self._fs_run) for name in _FS_METHODS},
-            "fs/watchMissing": Method("filesystem", _fs_params.watch_missing,
+            "fs/watchMissing": Method(_fs_params.watch_missing,
                                       self._watch_missing),
             "environmentConfig/read": _host_method(
-                "environment config", "environmentConfig/read", _host_params.config_read,
-                self._fs_run),
+                "environmentConfig/read", _host_params.config_read, self._fs_run),
             "capabilities/discoverV2": _host_method(
-                "capability discovery", "capabilities/discoverV2", _host_params.discover_v2,
-                self._fs_run),
+                "capabilities/discoverV2", _host_params.discover_v2, self._fs_run),
             "capabilityRoots/discoverV1": _host_method(
-                "capability discovery", "capabilityRoots/discoverV1", _host_params.discover_v1,
-                self._fs_run),
+                "capabilityRoots/discoverV1", _host_params.discover_v1, self._fs_run),
         }
         # Counted by method (these, the `LATER` families', initialize, or "other"): `_stats`.
         self.stats = Stats(frozenset(self._methods) | {*_FAMILY_OF_METHOD, "initialize"})
@@ -268,14 +280,14 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
             handlers = forwarding.event_handlers()
             self._event_handlers.update(handlers)
             self._later_references.update(dict.fromkeys(handlers, forwarding.issued_stream))
-            self._methods.update({name: Method("forward", parse, run)
+            self._methods.update({name: Method(parse, run)
                                   for name, (parse, run) in forwarding.methods().items()})
         elif family == "http" and self._http is None:
             from ._http_service import HttpService, parse_http
 
             http = self._http = HttpService(self)
             self._event_handlers.update(http.event_handlers())
-            self._methods["http/request"] = Method("http", parse_http, http.run)
+            self._methods["http/request"] = Method(parse_http, http.run)
 
     def _not_yet_open(self, event: ConnectionOpened) -> None:
         if event.conn in self._conns:
@@ -498,11 +510,11 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
         params = method.parse(raw)
         if c.handshake is Handshake.NEW:
             raise invalid_request(
-                f"client must call initialize before using {method.category} methods"
+                f"client must call initialize before using {_category(method_name)} methods"
             )
         if c.handshake is Handshake.INITIALIZING:
             raise invalid_request(
-                f"client must send initialized before using {method.category} methods"
+                f"client must send initialized before using {_category(method_name)} methods"
             )
         assert c.session is not None
         method.run(c, c.session, msg_id, params)
@@ -538,7 +550,10 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
         result: dict[str, Any] = {
             "sessionId": session.session_id,
             "environmentInfo": self.host.environment_info,
-            "execproto": {"methods": list(EXTENSIONS)},
+            # The methods beyond the reference's, named under "execproto" (a field the Codex
+            # client ignores), so that a client can tell before it calls one (the reference
+            # answers each with -32601).
+            "execproto": {"methods": list(_extensions())},
         }
         if p.output_acks:
             # How much unacknowledged output a process may have before it is paused.

@@ -12,7 +12,7 @@ import pytest
 
 from execproto import Config, SendBlocked, SendDrained, Shutdown
 from execproto._forward_stream import WINDOW_BYTES, WINDOW_CHUNKS
-from execproto._server import EXTENSIONS
+from execproto._server import _extensions
 from execproto.actions import CloseForward, OpenForward, PauseForward, ResumeForward, WriteForward
 from execproto.events import (
     ForwardConnected,
@@ -55,7 +55,7 @@ def error_of(reply: dict[str, Any] | None) -> tuple[int, str]:
 
 def test_the_methods_are_announced(h: Harness) -> None:
     for method in ("forward/open", "forward/write", "forward/ack", "forward/close"):
-        assert method in EXTENSIONS
+        assert method in _extensions()
 
 
 def test_open_asks_for_the_session_network_and_answers_once_connected(h: Harness) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from execproto import ResizeTerminal, Spawn, SpawnFailed
-from execproto._server import EXTENSIONS, ServerCore
+from execproto._server import ServerCore, _extensions
 
 from .harness import Harness
 from .lifecycle_world import (
@@ -204,8 +204,8 @@ def test_initialize_names_every_extension_method_and_each_is_served() -> None:
     core = ServerCore()
     core._later("forwards")  # forwarding's methods join the table at its first need
     served = core._methods  # noqa: SLF001 - the routing table is the truth here
-    assert set(EXTENSIONS) <= set(served)
-    for method in EXTENSIONS:  # each is answered, none with -32601
+    assert set(_extensions()) <= set(served)
+    for method in _extensions():  # each is answered, none with -32601
         reply = h.call(1, method, {"processId": "nope", "seq": 1, "rows": 1, "cols": 1})
         assert reply.get("error", {}).get("code") != -32601, reply
     h.assert_replays()

@@ -12,6 +12,7 @@ server as a start is, the file held as the server's own files are (a read cap).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,44 @@ def test_the_ways_follow_the_caps_as_pinned_does(tmp_path: Path) -> None:
         [cap.path for cap in caps], "read")
     assert (pinned(policy, _posix.readlink, follow_caps=_bwrap._Ways(_posix.readlink).followed)
             == pinned(policy, _posix.readlink))
+
+
+def test_the_ways_remembered_from_a_start_hold_only_while_nothing_on_them_changed(
+        tmp_path: Path) -> None:
+    """`_Remembered`: the ways to the caps walked once are taken again while the directories
+    they were read from are unchanged, and walked anew when a link on them was turned (in a
+    directory last changed long enough ago for its stamp to be trusted, and in one changed
+    just now, whose entries are read again), or one was made where there was none."""
+    (tmp_path / "w" / "real").mkdir(parents=True)
+    (tmp_path / "w" / "other").mkdir()
+    (tmp_path / "w" / "held").symlink_to("real")
+    caps = (str(tmp_path / "w" / "held" / "file"), str(tmp_path / "w" / "plain" / "file"))
+    (tmp_path / "w" / "plain").mkdir()
+    remembered = _bwrap._Remembered()
+    time.sleep(remembered.TRUSTED_AFTER + 0.1)  # the stamps taken from now on are trusted
+
+    def walked(target: str) -> int:
+        ways = remembered.ways(caps, _posix.readlink)
+        assert ways.met[caps[0].rsplit("/", 1)[0]] == target
+        assert ways.real(caps[0]) == str(tmp_path / "w" / target / "file")
+        return remembered.walks
+
+    assert walked("real") == 1
+    assert walked("real") == 1  # remembered: nothing changed
+    assert walked("real") == 1
+    turn(tmp_path / "w" / "held", "other")  # in a directory whose stamp is trusted
+    assert walked("other") == 2
+    turn(tmp_path / "w" / "held", "real")  # at once: that directory's stamp is not trusted
+    assert walked("real") == 3
+    assert walked("real") == 3  # its entries read again, and found as they were
+    (tmp_path / "w" / "plain").rename(tmp_path / "w" / "gone")
+    (tmp_path / "w" / "plain").symlink_to("other")  # a link where there was a directory
+    ways = remembered.ways(caps, _posix.readlink)
+    assert remembered.walks == 4 and ways.real(caps[1]) == str(tmp_path / "w" / "other" / "file")
+
+
+def turn(link: Path, target: str) -> None:
+    """``link`` turned to ``target``, as a sandbox would: a new link renamed over it."""
+    fresh = link.with_name(link.name + ".new")
+    fresh.symlink_to(target)
+    fresh.rename(link)

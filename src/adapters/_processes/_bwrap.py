@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from execproto import Policy, SpawnSpec
 from execproto.policy import (
@@ -261,6 +263,124 @@ class _Ways:
         return real
 
 
+    def copy(self, readlink: Callable[[str], str | None]) -> _Ways:
+        """The same ways, for another start (reading with its ``readlink`` what it asks
+        beyond them), sharing nothing it may change."""
+        other = _Ways(readlink)
+        other._real, other.met = dict(self._real), dict(self.met)
+        other.directories = set(self.directories)
+        return other
+
+
+class _Remembered:
+    """The ways to the server's own files (`_Ways` over a policy's caps, the same hundred
+    paths at every start), kept from one start to the next while nothing on them changed:
+    walking them was a third of a workspace-write start's preparation.
+
+    What a walk gives depends only on what each entry it read is (a link and its target, or
+    not a link), so the ways hold while each of those entries is as it was. Each directory
+    the walk read entries from is stamped before they are read (its device, inode, and
+    modification and change times to the nanosecond), and a later start re-reads the stamp
+    only: an entry made, removed, renamed or replaced in a directory changes its times, a
+    link cannot be changed in place, and a sandbox cannot set the times back (setting the
+    modification time sets the change time to now). A directory whose stamp changed, or was
+    taken within `TRUSTED_AFTER` of the directory's last change (the kernel's clock for file
+    times is coarse: two changes a tick apart could look as one), has its entries read again
+    instead (`/tmp` is busy, and the server may be beneath it); any that changed, or any
+    change in the server's mount table (a mount over a directory changes no time), and the
+    ways are walked anew. So no change a sandbox makes on those ways goes unseen."""
+
+    TRUSTED_AFTER = 1.0  # seconds
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # starts are prepared on several workers at once
+        self._caps: tuple[str, ...] | None = None
+        self._ways: _Ways | None = None
+        # Directory: its stamp, whether the stamp may be trusted, and the entries read there.
+        self._stamps: dict[str, tuple[Stamp | None, bool, list[str]]] = {}
+        self._mounts: select.poll | None = None  # the server's mount table, polled
+        self._mounts_file: BinaryIO | None = None
+        self.walks = 0  # how many times the ways were walked (for tests)
+
+    def ways(self, caps: tuple[str, ...], readlink: Callable[[str], str | None]) -> _Ways:
+        """The ways to ``caps`` for a start that reads with ``readlink``: remembered if
+        nothing on them changed, else walked now (and remembered)."""
+        with self._lock:
+            mounted = self._mounted()  # first: a walk made now is seen to by the next poll
+            if (self._ways is not None and caps == self._caps and not mounted
+                    and self._unchanged(self._ways, readlink)):
+                return self._ways.copy(readlink)
+            self._ways = self._caps = None
+        stamps: dict[str, Stamp | None] = {}
+
+        def stamping(path: str) -> str | None:
+            directory = os.path.dirname(path)
+            if directory not in stamps:
+                stamps[directory] = _stamp(directory)
+            return readlink(path)
+
+        since = time.time_ns() - int(self.TRUSTED_AFTER * 1e9)
+        ways = _Ways(stamping)
+        for path in caps:
+            ways.real(path)
+        self.walks += 1
+        entries: dict[str, list[str]] = {}
+        for path in ways.met:
+            entries.setdefault(os.path.dirname(path), []).append(path)
+        ways._readlink = readlink
+        with self._lock:
+            self._caps, self._ways = caps, ways.copy(readlink)
+            self._stamps = {directory: (stamp, _trusted(stamp, since),
+                                        entries.get(directory, []))
+                            for directory, stamp in stamps.items()}
+        return ways
+
+    def _unchanged(self, ways: _Ways, readlink: Callable[[str], str | None]) -> bool:
+        """Whether every entry the remembered walk read is as it was; the stamps renewed."""
+        since = time.time_ns() - int(self.TRUSTED_AFTER * 1e9)
+        for directory, (stamp, trusted, entries) in self._stamps.items():
+            now = _stamp(directory)
+            if trusted and now == stamp:
+                continue
+            if any(readlink(path) != ways.met[path] for path in entries):
+                return False
+            self._stamps[directory] = (now, _trusted(now, since), entries)
+        return True
+
+    def _mounted(self) -> bool:
+        """Whether the server's mount table changed since the last call (the first: yes)."""
+        if self._mounts is None:
+            try:
+                self._mounts_file = open("/proc/self/mounts", "rb")  # noqa: SIM115 - polled
+            except OSError:
+                return True
+            self._mounts = select.poll()
+            self._mounts.register(self._mounts_file, select.POLLPRI)
+            return True
+        return any(event & (select.POLLPRI | select.POLLERR)
+                   for _, event in self._mounts.poll(0))
+
+
+# A directory's device, inode, and modification and change times.
+Stamp = tuple[int, int, int, int]
+
+
+def _stamp(directory: str) -> Stamp | None:
+    try:
+        found = os.lstat(directory)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino, found.st_mtime_ns, found.st_ctime_ns
+
+
+def _trusted(stamp: Stamp | None, since: int) -> bool:
+    """Whether ``stamp`` was taken well after its directory last changed (before ``since``)."""
+    return stamp is not None and max(stamp[2:]) < since
+
+
+REMEMBERED = _Remembered()
+
+
 def _beneath(path: str, tops: tuple[str, ...]) -> bool:
     return any(top == "/" or path == top or path.startswith(top + "/") for top in tops)
 
@@ -468,9 +588,7 @@ class Sandbox:
         # most of the setup's cost. The denying caps (the server's secrets) always hold.
         writes = any(rule.access == "write" for rule in policy.rules)
         caps = [cap for cap in policy.caps if writes or cap.access != "read"]
-        self._ways = _Ways(self._readlink)
-        for cap in caps:
-            self._ways.real(cap.path)
+        self._ways = REMEMBERED.ways(tuple(cap.path for cap in caps), self._readlink)
         try:
             real = pinned(Policy.of([*policy.rules, *matched], policy.network, caps=caps),
                           self._readlink, self._floor, follow_caps=self._ways.followed)

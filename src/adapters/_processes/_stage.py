@@ -3,9 +3,9 @@
 Run in the child the stage server forks for each sandboxed start (`_forker`: the server's
 interpreter by the descriptor it opened at its start, this file's source as read then, so that
 nothing a sandbox may write since decides what runs here): `build` reads the plan (from a memfd
-the server wrote), builds the sandbox's root in a private mount namespace of its own and joins
-a fresh session keyring; the child then execs bubblewrap, which takes that root whole
-(``--bind STAGED /``) and adds only its own ``/dev`` and ``/proc``.
+the server wrote), builds the sandbox's root in a private mount namespace of its own, with the
+sandbox's ``/dev`` (`Stage.dev`), and joins a fresh session keyring; the child then execs
+bubblewrap, which takes that root whole (``--dev-bind STAGED /``) and adds only ``/proc``.
 
 Why not let bubblewrap make the mounts: it finds each mount point by path, creating a missing
 one with ``creat`` (O_TRUNC, following symlinks) or ``mkdir``, while the host's root is still

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._serving._failure import CoreFailed
 from ._serving._serve import Options, Server
-from ._wire._peer import HIGH_WATER, LOW_WATER, StdioPeer
-from ._wire._sockwriter import SocketWriter
+from ._wire._sockwriter import HIGH_WATER, LOW_WATER, SocketWriter
 
 if TYPE_CHECKING:
-    from ._wire._stdio import DrainingStdioPeer, StdioFds
+    from ._wire._stdio import DrainingStdioPeer, StdioFds, StdioPeer
 
 READ_SIZE = 256 << 10
 

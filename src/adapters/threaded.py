@@ -28,8 +28,8 @@ from typing import Any
 
 from ._serving._failure import CoreFailed
 from ._serving._serve import Options, Server
-from ._wire._peer import Peer, WaterMarks
-from ._wire._sockwriter import Buffer, advance, batch, send_all
+from ._wire._peer import Peer
+from ._wire._sockwriter import Buffer, WaterMarks, advance, batch, send_all
 from ._wire._stdio import DrainingStdioPeer
 
 # Reads a connection's reader thread may have handed to the owner and not yet seen handled:

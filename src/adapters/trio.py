@@ -19,8 +19,8 @@ import trio
 
 from ._serving._failure import CoreFailed
 from ._serving._serve import Options, Server
-from ._wire._peer import Peer, WaterMarks
-from ._wire._sockwriter import Buffer, advance, batch
+from ._wire._peer import Peer
+from ._wire._sockwriter import Buffer, WaterMarks, advance, batch
 from ._wire._stdio import DrainingStdioPeer, StdioFds
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from execproto import Config, ServerCore
 from execproto.adapters._wire._connections import Connections
-from execproto.adapters._wire._peer import (
+from execproto.adapters._wire._gate import (
     ADDRESSES,
     HANDSHAKE_BURST,
     HANDSHAKE_SHARE,
@@ -18,9 +18,8 @@ from execproto.adapters._wire._peer import (
     WRONG_TOKEN_BURST,
     WRONG_TOKENS_PER_ADDRESS,
     Gate,
-    PeerState,
-    WsPeer,
 )
+from execproto.adapters._wire._peer import PeerState, WsPeer
 
 from .test_auth import UPGRADE
 

@@ -21,7 +21,7 @@ import pytest
 from certs import WHY_MISSING
 from wsproto.utilities import ProtocolError
 
-from execproto.adapters._wire._peer import HANDSHAKE_BURST, HANDSHAKES_PER_ADDRESS
+from execproto.adapters._wire._gate import HANDSHAKE_BURST, HANDSHAKES_PER_ADDRESS
 
 from .conftest import Server
 from .test_auth import UPGRADE

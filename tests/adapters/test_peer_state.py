@@ -28,14 +28,9 @@ from execproto import (
 from execproto.adapters._files._fs import Files
 from execproto.adapters._serving._driver import Driver
 from execproto.adapters._wire._connections import Connections
-from execproto.adapters._wire._peer import (
-    CLOSED,
-    OPENED,
-    Gate,
-    PeerState,
-    StdioPeer,
-    WsPeer,
-)
+from execproto.adapters._wire._gate import Gate
+from execproto.adapters._wire._peer import CLOSED, OPENED, PeerState, WsPeer
+from execproto.adapters._wire._stdio import StdioPeer
 
 
 class Clock:

@@ -14,7 +14,7 @@ import pytest
 from wsproto.utilities import LocalProtocolError
 
 from execproto import Config
-from execproto.adapters._wire._peer import Gate
+from execproto.adapters._wire._gate import Gate
 
 from .conftest import STARVED, Server, served, start
 from .wsclient import Closed

@@ -16,8 +16,9 @@ from execproto import Config, Drain, ServerCore
 from .._files._fs import Files
 from .._loop import Loop
 from .._wire._auth import Token
+from .._wire._gate import Gate
 from .._wire._listen import Acceptor, Listen
-from .._wire._peer import Gate, Write, WsPeer
+from .._wire._peer import Write, WsPeer
 from ..backends import Backend, LocalBackend, check_sandbox_type
 from ._base64 import with_fast_base64
 from ._driver import Driver

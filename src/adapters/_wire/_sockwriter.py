@@ -16,12 +16,48 @@ import socket
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
-from ._peer import WaterMarks
-
 # At most this many buffers per sendmsg (Linux takes 1024).
 BATCH = 512
 
 Buffer = bytes | memoryview
+
+# Send-buffer water marks shared by the adapters: above HIGH the session's processes stop being
+# read; below LOW they start again.
+HIGH_WATER = 4 << 20
+LOW_WATER = 1 << 20
+
+
+class WaterMarks:
+    """The bytes queued for one connection and not yet written, against the water marks: says
+    ``blocked`` once they rise above `HIGH_WATER`, ``drained`` once they fall back below
+    `LOW_WATER`. Each adapter counts with one, however it moves the bytes."""
+
+    def __init__(self, blocked: Callable[[], None], drained: Callable[[], None]) -> None:
+        self.queued = 0
+        self.blocked = False
+        self._on_blocked = blocked
+        self._on_drained = drained
+
+    def changed(self, size: int) -> None:
+        """``size`` bytes more queued (less, when negative: written)."""
+        self.queued += size
+        if not self.blocked and self.queued > HIGH_WATER:
+            self.blocked = True
+            self._on_blocked()
+        elif self.blocked and self.queued < LOW_WATER:
+            self.blocked = False
+            self._on_drained()
+
+    def drop(self) -> None:
+        """The queue was thrown away with its connection: nothing is owed, nothing is told.
+        The callbacks go too: they are the connection's, which holds these marks, and that
+        cycle would keep the closed connection until a full garbage collection."""
+        self.queued = 0
+        self._on_blocked = self._on_drained = _nothing
+
+
+def _nothing() -> None:
+    pass
 
 
 def batch(queue: deque[Buffer]) -> list[Buffer]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from execproto.jsonrpc import Incoming, parse
 
-from ._peer import PeerState, StdioPeer, Write
+from ._peer import Peer, PeerState, Write
 
 if TYPE_CHECKING:
     from ._connections import Connections
@@ -42,6 +42,40 @@ FINISH_TIMEOUT = 30.0
 # from a notification by its first bytes, and only its id is decoded, never its result.
 ANSWER = b'{"jsonrpc":"2.0","id":'
 _decoder = json.JSONDecoder()
+
+
+class StdioPeer(Peer):
+    """``--listen stdio``: one connection, newline-delimited JSON. Blank lines are ignored."""
+
+    def __init__(self, connections: Connections, write: Write,
+                 hang_up: Callable[[], None]) -> None:
+        super().__init__(connections, write, hang_up)
+        self._partial = bytearray()
+
+    def received(self, data: bytes) -> None:
+        if not data:
+            if self._partial.strip():
+                self.message(bytes(self._partial))
+            self._partial.clear()
+            self.lost()
+            return
+        self._partial += data
+        *lines, rest = self._partial.split(b"\n")
+        self._partial = bytearray(rest)
+        for line in lines:
+            if line.strip():
+                self.message(bytes(line))
+
+    def send(self, data: bytes) -> None:
+        if self._session is None:
+            self._greeted()
+        if self.state.writes:
+            self.write((data, b"\n"))
+
+    def close(self, code: int, reason: str) -> None:
+        self._close_starts()
+        self.hang_up()
+
 
 
 def pollable(fd: int) -> bool:

@@ -8,7 +8,7 @@ writer threads), and the handshake is bytes in and out on the owner's loop, neve
 call. A connection in its TLS handshake is still in its upgrade: the upgrade gate and
 ``--handshake-timeout`` count it from the accept, as they count a slow HTTP upgrade, and the gate
 lets it begin only within its address's rate and the owner's time left for handshakes (its
-signature is what a flood of canned ClientHellos costs; see `_peer.Gate`).
+signature is what a flood of canned ClientHellos costs; see `_gate.Gate`).
 
 The price is that the core's thread encrypts and decrypts, as asyncio's and trio's own TLS
 streams would.

@@ -155,6 +155,20 @@ class Client:
         ``process/resize``); the reference names none."""
         return method in self._core.extensions
 
+    async def end_session(self) -> None:
+        """Tell the server this client is done with its session (execproto's ``session/end``):
+        the session goes at once, any process of it still running stopped, rather than waiting
+        its TTL for a resume that will not come; the server closes the connection after, and
+        this client is done. A server without it (the reference) keeps the session for its
+        TTL. Best effort: a connection already gone leaves the session to its TTL."""
+        if not self.supports("session/end"):
+            return
+        self._closing = True  # the close that follows is expected: nothing to resume
+        try:
+            await self.request("session/end")
+        except ExecError:
+            pass
+
     # -- processes --------------------------------------------------------------------------------
 
     async def start(

@@ -114,6 +114,10 @@ METHODS: dict[str, MethodInfo] = {
     "environment/status": _M(
         "environment status", REFERENCE, True, {}, {},
         "Whether the environment is ready: always `ready` once initialized."),
+    # Ending it twice (sent again on a resumed connection) ends it once.
+    "session/end": _M(
+        "session", EXTENSION, True, {}, {},
+        "End the session now: its connection closes and it is gone, not kept for a resume."),
     # Reads, like the fs reads.
     "environmentConfig/read": _M(
         "environment config", REFERENCE, True,

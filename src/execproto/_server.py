@@ -186,10 +186,9 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
             "process/terminate": Method(_params.terminate, self._process_terminate),
             "process/ack": Method(_params.ack, self._process_ack),
             "process/resize": Method(_params.resize, self._process_resize),
-            "environment/info": Method(_host_params.unit,
-                                       self._environment_info),
-            "environment/status": Method(_host_params.unit,
-                                         self._environment_status),
+            "environment/info": Method(_host_params.unit, self._environment_info),
+            "environment/status": Method(_host_params.unit, self._environment_status),
+            "session/end": Method(_host_params.unit, self._session_end),
             **{name: _fs_method(name, self._fs_run) for name in _FS_METHODS},
             "fs/watchMissing": Method(_fs_params.watch_missing,
                                       self._watch_missing),
@@ -519,6 +518,15 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
         assert c.session is not None
         method.run(c, c.session, msg_id, params)
 
+    def _session_end(self, c: Connection, session: Session, msg_id: Id, _: None) -> None:
+        """execproto's ``session/end``: the client is done. Answered, then its connection is
+        closed (1000) and the session expires at once, its processes stopped as at its TTL,
+        rather than waiting, detached, for a resume that will not come (and counting against
+        the detached sessions others' need room among)."""
+        session.ending = True
+        self._respond(c.conn, msg_id, {})
+        self._close_connection(c, "session ended", CloseCode.NORMAL_CLOSURE)
+
     def _close_connection(self, c: Connection, reason: str,
                           code: CloseCode = CloseCode.PROTOCOL_ERROR) -> None:
         c.closing = True
@@ -600,7 +608,7 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
         self._carry_out_session(session, session.life.event(SessionInput.EXPIRED))
         if self._forwarding is not None:
             self._forwarding.ended(session_id)
-        self._emit(EndSession(session_id=session_id))
+        self._emit(EndSession(session_id=session_id, ended=session.ending))
 
     # -- session follow-ups ---------------------------------------------------------------------
 
@@ -616,7 +624,8 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
             elif do is Do.RECOUNT_HELD:
                 self._sync_held()
             elif do is Do.SET_EXPIRE:
-                self._set_timer((Timer.EXPIRE, session.session_id), self.config.session_ttl)
+                ttl = 0.0 if session.ending else self.config.session_ttl
+                self._set_timer((Timer.EXPIRE, session.session_id), ttl)
             elif do is Do.CANCEL_EXPIRE:
                 self._timers.cancel((Timer.EXPIRE, session.session_id))
             elif do is Do.STOP_ALL:

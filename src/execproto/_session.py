@@ -36,13 +36,16 @@ class Greeting(Record):
 
 
 class Session:
-    __slots__ = ("session_id", "life", "processes", "acks", "keys", "detached_at")
+    __slots__ = ("session_id", "life", "processes", "acks", "keys", "detached_at", "ending")
 
     def __init__(self, session_id: str, keys: Keys = ()) -> None:
         self.session_id = session_id
         # Whose shares it and its processes count in: its connection's, the last to attach it.
         self.keys = keys
         self.detached_at = 0.0  # when it last detached: the oldest yields first
+        # Its client ended it (``session/end``): once detached it expires at once, not at its
+        # TTL, as nobody will resume it.
+        self.ending = False
         # Attached, detached or expired, and to which connection: written only by `life.event`.
         self.life = SessionLife(session_id)
         # The client acknowledges output: every log holds what is not yet acknowledged.

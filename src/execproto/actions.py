@@ -228,11 +228,12 @@ class AnswerProxy(Action):
 
 @attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class EndSession(Action):
-    """The session is gone (it expired): what the adapter keeps for it may go, such as the
-    network its sandboxes share. Its processes were told to stop just before; some may still
-    be finishing."""
+    """The session is gone (it expired, or its client ended it): what the adapter keeps for it
+    may go, such as the network its sandboxes share. Its processes were told to stop just
+    before; some may still be finishing."""
 
     session_id: str
+    ended: bool = False  # by its client (``session/end``), not at its TTL
 
 
 @attrs.frozen(kw_only=True, repr=False, eq=False)

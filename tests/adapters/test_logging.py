@@ -13,6 +13,7 @@ from typing import Any
 
 from .conftest import Server, about_the_host, start
 from .sandboxes import BWRAP_PROBLEM
+from .test_metrics import http
 from .wsclient import Client
 
 EXEC = [sys.executable, "-m", "execproto.adapters", "exec"]
@@ -169,3 +170,22 @@ def test_an_expired_sessions_terminated_processes_are_logged() -> None:
     assert expired["message"] == (f"session {session} expired (its client did not resume it): "
                                   "1 of its processes are terminated (sleeper)"), expired
     assert expired["terminated"] == ["sleeper"], expired
+
+
+def test_a_clean_exec_ends_its_session_at_once(tmp_path: Path) -> None:
+    """It left a detached session for the TTL (counted in the metrics, and against the
+    detached sessions others need room among); now `exec` ends it (`session/end`)."""
+    token = tmp_path / "token"
+    token.write_text("right\n")
+    server = Server("asyncio", "--log-format", "json", "--session-ttl", "60",
+                    "--auth-token-file", str(token))
+    try:
+        done = subprocess.run([*EXEC, "--auth-token-file", str(token), server.url, "--", "sh",
+                               "-c", "exit 3"], capture_output=True, timeout=60)
+        assert (done.returncode, done.stderr) == (3, b"")
+        status, _, metrics = http(server, "/metrics", "right")
+    finally:
+        log = server.stop()
+    assert status == 200 and "exec_server_sessions_detached 0.0" in metrics, metrics
+    [ended] = [line for line in records(log) if "ended by its client" in line["message"]]
+    assert ended["terminated"] == [] and ended["ended"] is True, ended

@@ -98,7 +98,7 @@ def test_initialize_names_the_extension_methods(server: Server) -> None:
     try:
         result = c.handshake()["result"]
         assert result["execproto"] == {"methods": [
-            "process/ack", "process/resize", "forward/open", "forward/write", "forward/ack",
-            "forward/close"]}
+            "process/ack", "process/resize", "session/end", "forward/open", "forward/write",
+            "forward/ack", "forward/close"]}
     finally:
         c.close()

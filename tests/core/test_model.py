@@ -875,8 +875,9 @@ class CoreModel(RuleBasedStateMachine):
         c.greet_at = None
         self._expect_result(c, msg_id, {"sessionId": session.sid, "environmentInfo": {},
                                         "execproto": {"methods": [
-                                            "process/ack", "process/resize", "forward/open",
-                                            "forward/write", "forward/ack", "forward/close"]}})
+                                            "process/ack", "process/resize", "session/end",
+                                            "forward/open", "forward/write", "forward/ack",
+                                            "forward/close"]}})
         self._sync_session(session)
 
     def _predict_start(

@@ -480,8 +480,8 @@ def test_initialized_sent_twice_is_harmless(h: Harness) -> None:
 def test_initialize_result_has_session_id_and_environment_info() -> None:
     info = {"shell": {"name": "bash", "path": "/bin/bash"}, "cwd": "file:///home/u", "os": "linux"}
     # And execproto's extension methods, in a field the Codex client ignores.
-    ours = {"methods": ["process/ack", "process/resize", "forward/open", "forward/write",
-                        "forward/ack", "forward/close"]}
+    ours = {"methods": ["process/ack", "process/resize", "session/end", "forward/open",
+                        "forward/write", "forward/ack", "forward/close"]}
     h = fresh(host=Host(environment_info=info))
     h.feed(ConnectionOpened(conn=2, session_id="0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"))
     assert h.call(1, "initialize", {"clientName": "c"}) == {

@@ -199,8 +199,9 @@ def test_initialize_names_every_extension_method_and_each_is_served() -> None:
     h = Harness()
     h.connect(1)
     result = h.handshake(1)["result"]
-    assert result["execproto"] == {"methods": ["process/ack", "process/resize", "forward/open",
-                                               "forward/write", "forward/ack", "forward/close"]}
+    assert result["execproto"] == {"methods": ["process/ack", "process/resize", "session/end",
+                                               "forward/open", "forward/write", "forward/ack",
+                                               "forward/close"]}
     core = ServerCore()
     core._later("forwards")  # forwarding's methods join the table at its first need
     served = core._methods  # noqa: SLF001 - the routing table is the truth here

@@ -25,6 +25,7 @@ from execproto import (
     SpawnFailed,
     Tick,
 )
+from execproto.actions import CloseCode
 
 from .harness import CWD, Harness, b64, unb64
 
@@ -844,3 +845,24 @@ def test_an_expired_sessions_closed_process_is_dropped_before_its_eviction() -> 
     h.disconnect(1)
     # Expiry drops it, and its later eviction is harmless.
     assert h.advance(60.0) == [EndSession(session_id="session-1")]
+
+
+# -- session/end (execproto's extension) ------------------------------------------------------
+
+
+def test_a_session_its_client_ends_goes_at_once_and_its_processes_are_stopped() -> None:
+    """It waited, detached, for its TTL (30 s by default) though nobody would resume it, and
+    counted against the detached sessions other clients need room among."""
+    h = ready()
+    proc = h.start(1, "p")
+    assert h.call(1, "session/end")["result"] == {}
+    assert h.of_type(CloseConnection)[-1] == CloseConnection(conn=1, code=CloseCode.NORMAL_CLOSURE,
+                                                             reason="session ended")
+    h.disconnect(1)
+    assert h.advance(0.0) == [Signal(proc=proc, signal="TERM"),
+                              EndSession(session_id="session-1", ended=True)]
+    h.connect(2)
+    refused = h.handshake(2, resume="session-1")
+    assert refused["error"]["message"] == "unknown session id session-1", refused
+    h.assert_replays()
+

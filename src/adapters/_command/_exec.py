@@ -405,6 +405,10 @@ class _Session:
                 writer.close()
             if failed is not None:
                 return await _local_output_failed(proc, failed)
+            # Done: the session need not wait, detached, for a resume (where the server can
+            # end it; each of ours can).
+            with anyio.move_on_after(GIVE_UP):
+                await ex.end_session()
         for lost in proc.lost:
             _say(f"output between seqs {lost.after_seq} and {lost.before_seq} was lost")
         if result.failure:

@@ -514,10 +514,11 @@ class Children:
                    if record.session_id == action.session_id and record.child is not None]
         # The core has just told these to stop: without this line, an operator saw processes
         # end with no word of why.
-        log.info("session %s expired (its client did not resume it): %d of its processes are "
-                 "terminated%s", action.session_id, len(running),
-                 f" ({', '.join(running)})" if running else "",
-                 extra={"fields": {"session": action.session_id, "terminated": running}})
+        why = "ended by its client" if action.ended else "expired (its client did not resume it)"
+        log.info("session %s %s: %d of its processes are terminated%s", action.session_id, why,
+                 len(running), f" ({', '.join(running)})" if running else "",
+                 extra={"fields": {"session": action.session_id, "terminated": running,
+                                   "ended": action.ended}})
         if self._snapshots is not None:
             self._snapshots.forget(action.session_id)
         end = getattr(self.backend, "end_session", None)

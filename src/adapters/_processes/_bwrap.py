@@ -294,10 +294,10 @@ class _Remembered:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # starts are prepared on several workers at once
-        self._caps: tuple[str, ...] | None = None
-        self._ways: _Ways | None = None
-        # Directory: its stamp, whether the stamp may be trusted, and the entries read there.
-        self._stamps: dict[str, tuple[Stamp | None, bool, list[str]]] = {}
+        # By the caps walked to (a few lists: a read-only profile's leaves the read caps
+        # out), the last used last: the ways, and by each directory read, its stamp, whether
+        # the stamp may be trusted, and the entries read there.
+        self._kept: dict[tuple[str, ...], tuple[_Ways, Stamps]] = {}
         self._mounts: select.poll | None = None  # the server's mount table, polled
         self._mounts_file: BinaryIO | None = None
         self.walks = 0  # how many times the ways were walked (for tests)
@@ -306,11 +306,12 @@ class _Remembered:
         """The ways to ``caps`` for a start that reads with ``readlink``: remembered if
         nothing on them changed, else walked now (and remembered)."""
         with self._lock:
-            mounted = self._mounted()  # first: a walk made now is seen to by the next poll
-            if (self._ways is not None and caps == self._caps and not mounted
-                    and self._unchanged(self._ways, readlink)):
-                return self._ways.copy(readlink)
-            self._ways = self._caps = None
+            if self._mounted():  # first: a walk made now is seen to by the next poll
+                self._kept.clear()
+            kept = self._kept.pop(caps, None)
+            if kept is not None and self._unchanged(*kept, readlink):
+                self._kept[caps] = kept
+                return kept[0].copy(readlink)
         stamps: dict[str, Stamp | None] = {}
 
         def stamping(path: str) -> str | None:
@@ -329,22 +330,24 @@ class _Remembered:
             entries.setdefault(os.path.dirname(path), []).append(path)
         ways._readlink = readlink
         with self._lock:
-            self._caps, self._ways = caps, ways.copy(readlink)
-            self._stamps = {directory: (stamp, _trusted(stamp, since),
-                                        entries.get(directory, []))
-                            for directory, stamp in stamps.items()}
+            self._kept[caps] = (ways.copy(readlink), {
+                directory: (stamp, _trusted(stamp, since), entries.get(directory, []))
+                for directory, stamp in stamps.items()})
+            while len(self._kept) > KEPT_WAYS:
+                del self._kept[next(iter(self._kept))]
         return ways
 
-    def _unchanged(self, ways: _Ways, readlink: Callable[[str], str | None]) -> bool:
+    def _unchanged(self, ways: _Ways, stamps: Stamps,
+                   readlink: Callable[[str], str | None]) -> bool:
         """Whether every entry the remembered walk read is as it was; the stamps renewed."""
         since = time.time_ns() - int(self.TRUSTED_AFTER * 1e9)
-        for directory, (stamp, trusted, entries) in self._stamps.items():
+        for directory, (stamp, trusted, entries) in stamps.items():
             now = _stamp(directory)
             if trusted and now == stamp:
                 continue
             if any(readlink(path) != ways.met[path] for path in entries):
                 return False
-            self._stamps[directory] = (now, _trusted(now, since), entries)
+            stamps[directory] = (now, _trusted(now, since), entries)
         return True
 
     def _mounted(self) -> bool:
@@ -363,6 +366,10 @@ class _Remembered:
 
 # A directory's device, inode, and modification and change times.
 Stamp = tuple[int, int, int, int]
+# By directory: its stamp, whether it may be trusted, and the entries the walk read there.
+Stamps = dict[str, tuple[Stamp | None, bool, list[str]]]
+# Lists of caps whose ways `_Remembered` keeps at once.
+KEPT_WAYS = 4
 
 
 def _stamp(directory: str) -> Stamp | None:

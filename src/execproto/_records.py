@@ -81,3 +81,30 @@ class Record:
 
     def __hash__(self) -> int:
         return hash((type(self), *_values(self, _how_compared(type(self))[1])))
+
+
+def later_names(namespace: dict[str, Any], later: dict[str, str], base: type,
+                every: str) -> Callable[[str], Any]:
+    """A module's ``__getattr__`` (PEP 562) for the classes of families made at their first
+    use: a name in ``later`` is found in its module (named relative to the package), and
+    ``every`` is the tuple of every ``base`` class, those made later included. Each is found
+    once, then kept in ``namespace`` (the module's globals) as a plain global."""
+    package = namespace["__package__"]
+
+    def find(name: str) -> Any:
+        module = later.get(name)
+        if module is not None:
+            # The import statement's own path, as the package's `__getattr__` takes.
+            value = getattr(__import__(f"{package}.{module}", fromlist=[name]), name)
+        elif name == every:
+            # Not base.__subclasses__(): attrs replaces a slotted class with a copy, and the
+            # first one lingers there until collected.
+            found = {**namespace, **{name: find(name) for name in later}}
+            value = tuple(item for item in found.values()
+                          if isinstance(item, type) and issubclass(item, base) and item is not base)
+        else:
+            raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+        namespace[name] = value
+        return value
+
+    return find

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from ._errors import RpcError
-from ._records import Record
+from ._records import Record, later_names
 
 __all__ = [
     "EVENT_TYPES",
@@ -287,18 +287,4 @@ if TYPE_CHECKING:
     EVENT_TYPES: tuple[type[Event], ...]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LATER.get(name)
-    if module is not None:
-        # The import statement's own path, as the package's `__getattr__` takes.
-        value = getattr(__import__(f"{__package__}.{module}", fromlist=[name]), name)
-    elif name == "EVENT_TYPES":
-        # Not Event.__subclasses__(): attrs replaces a slotted class with a copy, and the
-        # first one lingers there until collected.
-        found = {**globals(), **{later: __getattr__(later) for later in _LATER}}
-        value = tuple(item for item in found.values()
-                      if isinstance(item, type) and issubclass(item, Event) and item is not Event)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # found once: from now on a plain global
-    return value
+__getattr__ = later_names(globals(), _LATER, Event, "EVENT_TYPES")

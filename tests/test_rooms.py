@@ -14,15 +14,15 @@ from pathlib import Path
 ADAPTERS = Path(__file__).resolve().parent.parent / "src" / "adapters"
 
 # room -> what of the adapters outside itself it may import (a module, or a room whole).
-# `_loop` and `_shares` are the shared event loop and worker shares; `backends` the backend
-# interface and its refusals.
+# `_loop`, `_shares` and `_system` are the shared event loop, worker shares and words of the
+# OS; `backends` the backend interface and its refusals.
 ROOMS: dict[str, set[str]] = {
     "_wire": {"_loop"},
-    "_files": {"_loop", "_shares", "_processes._posix"},
+    "_files": {"_loop", "_shares", "_system"},
     "_http": {"_loop", "_shares"},
     "_forward": {"_loop", "backends"},
     "_proxy": {"_loop", "backends"},
-    "_processes": {"_loop", "_shares", "backends", "_proxy"},
+    "_processes": {"_loop", "_shares", "_system", "backends", "_proxy"},
     "_client": {"client"},
     "_serving": {"_loop", "_shares", "backends", "_wire", "_processes", "_files", "_http",
                  "_forward", "_proxy"},

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from execproto.policy import PlantedLink, follow
 
-from .._processes._posix import readlink
+from .._system import readlink
 
 VOLUME = "..data"  # the link a Kubernetes volume's atomic writer swaps at each update
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from execproto import INTERNAL_ERROR, INVALID_REQUEST, Policy, RpcError
 from execproto.policy import RANK, Globs, pinned
 
-from .._processes._posix import readlink
+from .._system import readlink
 from . import _view
 
 MAX_LINKS = 40  # as the kernel: more symlinks than this on one path is a loop (ELOOP)

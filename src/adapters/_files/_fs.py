@@ -32,7 +32,7 @@ from execproto import (
 )
 from execproto.policy import PlantedLink, crossing, refusal
 
-from .._processes._posix import os_error_text, readlink
+from .._system import os_error_text, readlink
 from ._beneath import Exhausted, Scope, resolved_policy
 from ._caps import capless
 from ._opening import NotAFile, open_checked

@@ -26,7 +26,7 @@ from typing import Any
 
 from execproto import Policy, RpcError, uri_from_path
 
-from .._processes._posix import os_error_text
+from .._system import os_error_text
 from ._beneath import Scope, real
 from ._caps import capless
 from ._envconfig import codex_home

@@ -26,7 +26,7 @@ from typing import Any
 
 from execproto import Encoded, RpcError, uri_from_path
 
-from .._processes._posix import os_error_text
+from .._system import os_error_text
 from ._beneath import Scope
 
 _LISTED = os.O_RDONLY | os.O_DIRECTORY

@@ -29,6 +29,9 @@ from collections.abc import Mapping
 from execproto import SpawnSpec
 from execproto.events import SpawnFailure, Stream
 
+from .._system import os_error_text as os_error_text  # the processes room's words, as every room's
+from .._system import readlink as readlink
+
 # Output is read in large pieces: a bigger pipe means fewer wakeups and fewer, larger chunks.
 PIPE_SIZE = 1 << 20
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -68,23 +71,6 @@ def not_found() -> SpawnError:
 def not_found_as(code: int) -> SpawnError:
     """What a spawn whose exec (or cwd) failed with ``code`` fails with."""
     return _spawn_error(OSError(code, ""))
-
-
-# The reference is built with musl, whose words differ from glibc's for these errors.
-_MUSL_WORDS = {
-    errno.ELOOP: "Symbolic link loop", errno.ENAMETOOLONG: "Filename too long",
-    errno.EIO: "I/O error", errno.EBUSY: "Resource busy", errno.ESPIPE: "Invalid seek",
-    errno.EXDEV: "Cross-device link", errno.EOVERFLOW: "Value too large for data type",
-    errno.EMFILE: "No file descriptors available", errno.ENOTTY: "Not a tty",
-    errno.ENOMEM: "Out of memory", errno.EDQUOT: "Quota exceeded",
-    errno.ENOTSUP: "Not supported", errno.EDEADLK: "Resource deadlock would occur",
-}
-
-
-def os_error_text(exc: OSError) -> str:
-    """An OS error as the reference words it: "No such file or directory (os error 2)"."""
-    code = exc.errno or 0
-    return f"{_MUSL_WORDS.get(code) or os.strerror(code)} (os error {exc.errno})"
 
 
 def _spawn_error(exc: OSError) -> SpawnError:
@@ -168,15 +154,6 @@ class Child:
                 close_quietly(fd)
         self.outputs.clear()
         self.stdin = None
-
-
-def readlink(path: str) -> str | None:
-    """The target of the symlink at ``path``, None for anything else (missing included): how
-    the core's `pinned` reads the file system when it resolves a policy's rules."""
-    try:
-        return os.readlink(path)
-    except OSError:
-        return None
 
 
 def remove_empty_directory(path: str) -> None:

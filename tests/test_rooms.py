@@ -22,7 +22,7 @@ ROOMS: dict[str, set[str]] = {
     "_http": {"_loop", "_shares"},
     "_forward": {"_loop", "backends"},
     "_proxy": {"_loop", "backends"},
-    "_processes": {"_loop", "_shares", "_system", "backends", "_proxy"},
+    "_processes": {"_loop", "_shares", "_system", "_proxy"},
     "_client": {"client"},
     "_serving": {"_loop", "_shares", "backends", "_wire", "_processes", "_files", "_http",
                  "_forward", "_proxy"},

@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -29,59 +29,23 @@ from execproto.policy import PathRule, PlantedLink, pinned
 
 from ._files._beneath import Scope
 from ._processes import _bwrap, _netns, _placeholders, _posix
+
+# The interface a backend keeps with the processes room, defined there and named here too:
+# this module is where an embedder's backend finds it.
+from ._processes._backend import SANDBOX_TYPES as SANDBOX_TYPES
+from ._processes._backend import Backend as Backend
+from ._processes._backend import ExecSpec as ExecSpec
+from ._processes._backend import Listeners as Listeners
+from ._processes._backend import NoNetwork as NoNetwork
+from ._processes._backend import Refused as Refused
 from ._processes._bwrap import Budget
 from ._processes._posix import resolve_program
 
 if TYPE_CHECKING:
     # The proxy's policy and credential masking are loaded at the first proxied start.
-    from execproto.netproxy import Brokered, ProxyConfig
+    from execproto.netproxy import ProxyConfig
 
 log = logging.getLogger("execproto")
-
-
-class Refused(Exception):
-    """The backend cannot run this request as asked (the message says what it cannot enforce)."""
-
-
-class NoNetwork(Refused):
-    """`session_socket`: this backend's sandboxes get no network of their own (no pasta, or
-    the host's network), so a session has none to connect into."""
-
-
-@attrs.frozen(kw_only=True)
-class ExecSpec:
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    cwd: str
-    arg0: str | None = None
-    token: Any = None
-    # Descriptors the command inherits at the same numbers; the driver closes them once the
-    # spawn is done, whether or not it succeeded.
-    pass_fds: tuple[int, ...] = ()
-    # The managed network proxy's listeners, where the request has one (`SpawnSpec.proxy`):
-    # the driver serves them from the spawn on (and closes them if it fails). A backend that
-    # leaves them out where a proxy was asked for has the spawn refused.
-    listeners: Listeners | None = None
-
-
-@attrs.frozen(kw_only=True)
-class Listeners:
-    """A process's proxy listeners, bound and listening where the process reaches them."""
-
-    http: socket.socket
-    socks: socket.socket | None
-    udp: bool  # SOCKS5 UDP associations allowed
-    # Transparent TCP: where the namespace's rules send every other TCP connection, and
-    # every DNS question (`_netns.Holder.redirect`).
-    transparent: socket.socket | None = None
-    dns: socket.socket | None = None
-    # Credential masking: what the proxy brokers for this process (`_proxy._masking`).
-    credentials: tuple[Brokered, ...] = ()
-
-    def close(self) -> None:
-        for sock in (self.http, self.socks, self.transparent, self.dns):
-            if sock is not None:
-                sock.close()
 
 
 @attrs.frozen
@@ -97,20 +61,6 @@ class _Token:
         return bool(self.uses) or self.network is not None
 
 
-class Backend(Protocol):
-    # What a process that ran with a sandbox reports as `sandboxType`: one of SANDBOX_TYPES,
-    # "none" if this backend enforces no sandbox (then the core refuses requests for one).
-    # A plain attribute will do, or a property.
-    @property
-    def sandbox_type(self) -> str: ...
-
-    def prepare(self, request: SpawnSpec) -> ExecSpec: ...
-
-    def finalize(self, token: Any, status: str, exit_code: int | None, timed_out: bool) -> None: ...
-
-
-# The `sandboxType` values the Codex client can read; anything else fails its whole call.
-SANDBOX_TYPES = ("none", "macosSeatbelt", "linuxSeccomp", "windowsRestrictedToken", "windowsMxc")
 CANNOT_ENFORCE = "sandbox intent cannot be enforced on this executor"
 NO_PASTA = ("the network cannot be given apart from the host's: pasta (Debian's passt) is not "
             "installed, or cannot open /dev/net/tun")

@@ -47,8 +47,8 @@ from execproto.events import Stream
 from .._loop import Loop
 from .._proxy import ProxyRoom
 from .._shares import Shares
-from ..backends import Backend, Refused
 from . import _cgroups, _posix
+from ._backend import Backend, Refused
 
 if TYPE_CHECKING:
     from execproto.netproxy import Question

@@ -114,7 +114,15 @@ def test_event_sequence_and_read_match(both: Any) -> None:
                                      "sandboxDenied")}
         return shape, output_of(events), core
 
-    same(both, scenario)
+    reference, ours = both
+    for _ in range(3):
+        expected = scenario(reference())
+        # The reference now and then skips its process/exited (its seqs then have a gap: 1, 2,
+        # 4): its race, seen once in a suite run, not what it means to send. Asked again.
+        seqs = [seq for _, seq, _ in expected[0]]
+        if seqs == list(range(1, len(seqs) + 1)):
+            break
+    assert scenario(ours()) == expected
 
 
 def test_late_output_after_exit_matches(both: Any, tmp_path: Path) -> None:

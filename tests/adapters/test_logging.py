@@ -149,6 +149,19 @@ def test_a_start_up_error_is_a_json_line_under_log_format_json() -> None:
     assert done.stderr.startswith("execproto serve: unrecognized arguments: --bogus"), done
 
 
+def _running(*argv: str) -> bool:
+    """Whether a process whose command line ends with ``argv`` runs (its program may be named
+    by its path): read from /proc, not by pgrep, which a machine without procps lacks."""
+    tail = b"\0".join(word.encode() for word in argv) + b"\0"
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().endswith(tail):
+                return True
+        except OSError:
+            pass  # gone meanwhile
+    return False
+
+
 def test_an_expired_sessions_terminated_processes_are_logged() -> None:
     """Its processes were terminated without a word in the log."""
     server = Server("asyncio", "--log-format", "json", "--session-ttl", "0.5",
@@ -160,8 +173,7 @@ def test_an_expired_sessions_terminated_processes_are_logged() -> None:
         client.close()  # and never resumed
         deadline = time.monotonic() + 10
         # Until the sleep is gone: the line is written as the core tells it to stop.
-        while subprocess.run(["pgrep", "-f", "sleep 30.25"], stdout=subprocess.DEVNULL
-                             ).returncode == 0:
+        while _running("sleep", "30.25"):
             assert time.monotonic() < deadline, "the expired session's process still runs"
             time.sleep(0.1)
     finally:
@@ -183,9 +195,17 @@ def test_a_clean_exec_ends_its_session_at_once(tmp_path: Path) -> None:
         done = subprocess.run([*EXEC, "--auth-token-file", str(token), server.url, "--", "sh",
                                "-c", "exit 3"], capture_output=True, timeout=60)
         assert (done.returncode, done.stderr) == (3, b"")
-        status, _, metrics = http(server, "/metrics", "right")
+        # The server sees the connection close a moment after exec has its answer: asked
+        # until then, bounded far below the TTL (60 s) a detached session would wait.
+        deadline = time.monotonic() + 10
+        while True:
+            status, _, metrics = http(server, "/metrics", "right")
+            if "exec_server_sessions_detached 0.0" in metrics or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     finally:
         log = server.stop()
     assert status == 200 and "exec_server_sessions_detached 0.0" in metrics, metrics
+    assert "exec_server_sessions_attached 0.0" in metrics, metrics
     [ended] = [line for line in records(log) if "ended by its client" in line["message"]]
     assert ended["terminated"] == [] and ended["ended"] is True, ended

@@ -51,6 +51,8 @@ from execproto.policy import (
 from . import _forker, _glob, _hold, _seccomp, _stage
 from ._placeholders import Placeholders, can_make, reach
 from ._posix import STAGED, readlink
+from ._wrappers import PID_NAMESPACES as PID_NAMESPACES  # named here as before
+from ._wrappers import WRAPPER_ENV as WRAPPER_ENV
 
 
 class Network(Protocol):
@@ -58,12 +60,6 @@ class Network(Protocol):
 
     net: int
     user: int
-
-# The wrappers' whole environment: nothing a client chose. The C locale: the stage server's
-# interpreter then reads no locale nor glibc's character set modules to coerce it to C.UTF-8
-# (strace: locale.alias, C.utf8/LC_CTYPE, gconv-modules.cache without it; its file names are
-# UTF-8 all the same, in Python's UTF-8 mode), nor do bubblewrap, pasta and nft.
-WRAPPER_ENV = (("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), ("LC_ALL", "C"))
 
 
 def _interpreter() -> str:
@@ -121,11 +117,6 @@ PROC_HIDDEN = ("/proc/keys", "/proc/key-users")
 # its own, and inherited mounts are locked), no nested ones, and everything else its own too.
 NAMESPACES = ("--unshare-user", "--disable-userns", "--unshare-ipc",
               "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--cap-drop", "ALL")
-# The pid namespace, the reference's `--linux-sandbox-pid-namespace`: a sandbox's own
-# ("isolate": it sees and signals only its own processes), or the host's ("inherit": its
-# /proc lists the host's processes and it may signal those of its user; for a host that is
-# the sandbox's alone). Its processes stay in their cgroup either way, killed with it.
-PID_NAMESPACES = {"isolate": ("--unshare-pid",), "inherit": ()}
 
 
 def problem(bwrap: str) -> str | None:

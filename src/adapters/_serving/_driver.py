@@ -79,9 +79,9 @@ class Driver(FailureStop):
         the whole process) and give free heap memory back every TRIM_INTERVAL on the loop.
         Faster, but no library's business in a host's process: ``execproto serve`` asks.
         ``core`` may be what makes it, called at its first need (`_serve.Server`'s waits for
-        the backend's probe, which what ``initialize`` announces depends on)."""
-        if tune_heap:
-            _posix.keep_buffers_in_heap()
+        the backend's probe, which what ``initialize`` announces depends on). The heap is
+        tuned at the first event, with the first trim scheduled: no output buffer is made
+        before, and a start then need not load ctypes."""
         self._core: ServerCore | Recorder | None = None
         self._recorder: Recorder | None = None
         self._make_core: Callable[[], ServerCore | Recorder] | None = None
@@ -194,6 +194,7 @@ class Driver(FailureStop):
         self._schedule_tick()
         if not self._trimming:
             self._trimming = True
+            _posix.keep_buffers_in_heap()
             self.loop.call_at(self.loop.now() + TRIM_INTERVAL, self._trim)
         self._check_idle()
 

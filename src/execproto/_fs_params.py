@@ -14,6 +14,7 @@ from ._b64 import decode
 from ._errors import invalid_params, invalid_request
 from ._fields import Fields, text, wrong_type
 from ._paths import path_from_uri
+from ._structs import as_struct, short_struct
 
 MAX_BLOCK = 1 << 20
 # The reference's ceilings for one walk; a request above them is refused, not clipped.
@@ -53,25 +54,6 @@ def flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise wrong_type(value, "a boolean")
     return value
-
-
-def as_struct(value: Any, names: tuple[str, ...]) -> Any:
-    """A struct sent as a sequence, turned into the map of its fields. Too few elements is an
-    error only after the present ones parsed, as serde reads them one by one: the caller
-    checks that with `short_struct`."""
-    if not isinstance(value, list):
-        return value
-    if len(value) > len(names):
-        raise invalid_params(f"invalid length {len(value)}, expected fewer elements in array")
-    return dict(zip(names, value, strict=False))  # fewer values than names: the rest absent
-
-
-def short_struct(value: Any, struct: str, names: tuple[str, ...], required: int) -> None:
-    if isinstance(value, list) and len(value) < required:
-        plural = "element" if len(names) == 1 else "elements"
-        raise invalid_params(
-            f"invalid length {len(value)}, expected struct {struct} with {len(names)} {plural}"
-        )
 
 
 def _walk_options(value: Any) -> dict[str, Any]:

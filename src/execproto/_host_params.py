@@ -8,8 +8,8 @@ from typing import Any
 from . import _sandbox
 from ._errors import invalid_params
 from ._fields import Fields, text, wrong_type
-from ._fs_params import as_struct, short_struct
 from ._paths import path_from_uri
+from ._structs import as_struct, short_struct
 
 
 def _key_paths(value: Any) -> tuple[tuple[str, ...], ...]:

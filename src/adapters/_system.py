@@ -34,3 +34,30 @@ def readlink(path: str) -> str | None:
         return os.readlink(path)
     except OSError:
         return None
+
+
+def which(name: str, path: str | None = None) -> str | None:
+    """`shutil.which` on Linux, the same answers: ``name`` where it holds a slash, else the
+    first executable non-directory ``name`` in ``path`` (default $PATH, else the system's).
+    Here because a server's start looks programs up and importing shutil, which imports the
+    bz2 and lzma modules, would add ~1.5 ms to it."""
+    def runnable(file: str) -> bool:
+        return os.path.exists(file) and os.access(file, os.F_OK | os.X_OK) \
+            and not os.path.isdir(file)
+
+    if os.path.dirname(name):
+        return name if runnable(name) else None
+    if path is None:
+        path = os.environ.get("PATH")
+        if path is None:
+            try:
+                path = os.confstr("CS_PATH")
+            except (AttributeError, ValueError):
+                path = os.defpath
+    seen: set[str] = set()
+    for directory in path.split(os.pathsep) if path else ():
+        if directory not in seen:
+            seen.add(directory)
+            if runnable(file := os.path.join(directory, name)):
+                return file
+    return None

@@ -27,8 +27,10 @@ import attrs
 from execproto import Policy, SpawnSpec
 from execproto.policy import PathRule, PlantedLink, pinned
 
-from ._files._beneath import Scope
-from ._processes import _bwrap, _netns, _placeholders, _posix
+# The sandbox's own modules (`_bwrap` and what it runs) load when the probe of bubblewrap
+# runs or at the first sandboxed start, as the files room's `_beneath` does here: a
+# server's start pays for neither.
+from ._processes import _netns, _placeholders, _posix
 
 # The interface a backend keeps with the processes room, defined there and named here too:
 # this module is where an embedder's backend finds it.
@@ -38,12 +40,14 @@ from ._processes._backend import ExecSpec as ExecSpec
 from ._processes._backend import Listeners as Listeners
 from ._processes._backend import NoNetwork as NoNetwork
 from ._processes._backend import Refused as Refused
-from ._processes._bwrap import Budget
 from ._processes._posix import resolve_program
+from ._processes._wrappers import PID_NAMESPACES, WRAPPER_ENV
 
 if TYPE_CHECKING:
     # The proxy's policy and credential masking are loaded at the first proxied start.
     from execproto.netproxy import ProxyConfig
+
+    from ._processes._bwrap import Budget
 
 log = logging.getLogger("execproto")
 
@@ -88,11 +92,11 @@ class LocalBackend:
     def __init__(self, floor: Policy | None = None, bwrap: str | None = "",
                  host_network: bool = False, pasta: str | None = "",
                  pid_namespace: str = "isolate") -> None:
-        if pid_namespace not in _bwrap.PID_NAMESPACES:
-            raise ValueError(f"pid_namespace is one of {', '.join(_bwrap.PID_NAMESPACES)}, "
+        if pid_namespace not in PID_NAMESPACES:
+            raise ValueError(f"pid_namespace is one of {', '.join(PID_NAMESPACES)}, "
                              f"not {pid_namespace!r}")
         # A sandbox's pid namespace: its own ("isolate") or the host's ("inherit"), as the
-        # reference's --linux-sandbox-pid-namespace (`_bwrap.PID_NAMESPACES`).
+        # reference's --linux-sandbox-pid-namespace (`_wrappers.PID_NAMESPACES`).
         self._pid_namespace = pid_namespace
         # Why no sandbox can be enforced here, for the operator (None: one can).
         self._problem: str | None = None
@@ -137,6 +141,9 @@ class LocalBackend:
     def _find_bwrap(self) -> None:
         assert self._found is not None
         try:
+            from ._processes import _bwrap
+
+
             self._problem = _bwrap.problem(self._found)
         except Exception as exc:  # a bug, or the host's own way of failing: no sandbox
             log.debug("the probe of bubblewrap failed", exc_info=True)
@@ -231,6 +238,8 @@ class LocalBackend:
         if request.sandbox.network and not (self._host_network or proxied) and (
                 self._pasta is None):
             raise Refused(f"{CANNOT_ENFORCE}: {NO_PASTA}")
+        from ._processes import _bwrap
+
         policy = request.sandbox
         private = listeners = None
         try:
@@ -252,7 +261,7 @@ class LocalBackend:
             sandbox = _bwrap.Sandbox(self._bwrap, self.floor, self._placeholders,
                                      network=network, pid_namespace=self._pid_namespace)
             # The start's budget (`_bwrap.Budget`) covers the program's lookup too.
-            Budget.shape(policy)
+            _bwrap.Budget.shape(policy)
             program = self._visible_program(request, sandbox.budget)
             argv = sandbox.command(policy, request, program)
         except BaseException as exc:
@@ -266,7 +275,7 @@ class LocalBackend:
                 raise Refused(f"{CANNOT_ENFORCE}: the sandbox's network could not be made: "
                               f"{exc}") from None
             raise
-        return ExecSpec(argv=tuple(argv), env=_bwrap.WRAPPER_ENV, cwd=request.cwd,
+        return ExecSpec(argv=tuple(argv), env=WRAPPER_ENV, cwd=request.cwd,
                         pass_fds=tuple(sandbox.fds), listeners=listeners,
                         token=_Token(tuple(sandbox.uses), private))
 
@@ -294,6 +303,8 @@ class LocalBackend:
         checked on the host, before the sandbox exists, for a clean spawn error; a path the
         policy hides must then fail as if it were absent, or the error would tell whether it
         exists."""
+        from ._files._beneath import Scope
+
         assert request.sandbox is not None
         try:  # `_beneath.resolved_policy`, reading links within the budget; only what may be
             # read is asked of it (the caps of the server's own files mostly count not)
@@ -421,6 +432,8 @@ def bwrap_sandbox(writable_roots: Sequence[str] = (), allow_network: bool = Fals
                   host_network: bool = False, pid_namespace: str = "isolate") -> LocalBackend:
     """The backend of ``--sandbox bwrap``: every process sandboxed, at most the whole
     filesystem read-only but the writable roots, and no network unless allowed."""
+    from ._processes import _bwrap
+
     bwrap = _posix.real_program("bwrap")
     if bwrap is None:
         raise RuntimeError("--sandbox bwrap needs bubblewrap (the bwrap command), not found")

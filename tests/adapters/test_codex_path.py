@@ -70,7 +70,7 @@ def test_it_links_ripgrep_when_given(tmp_path: Path) -> None:
 
 
 def test_without_ripgrep_there_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_codex_path.shutil, "which", lambda name: None)
+    monkeypatch.setattr(_codex_path, "which", lambda name: None)
     directory = _codex_path.make()
     try:
         assert sorted(os.listdir(directory)) == [".lock", "apply_patch", "applypatch"]

@@ -61,6 +61,38 @@ def test_serving_loads_nothing_of_the_client_or_the_other_adapters() -> None:
     assert [name for name in NOT_UNTIL_ASKED if name in loaded] == []
 
 
+# What the start itself need not load, where a module's own import is dear: shutil and tempfile
+# (bz2, lzma, random: programs are found by `_system.which`), and the sandbox's own modules,
+# which load when the probe of bubblewrap runs once the server listens, or at the first
+# sandboxed start. Listed as they stand when the server prints its address: the probe may
+# load them any moment after.
+NOT_AT_START = (
+    "tempfile", "random",
+    "execproto.adapters._processes._bwrap", "execproto.adapters._processes._stage",
+    "execproto.adapters._processes._forker", "execproto.adapters._processes._hold",
+    "execproto.adapters._processes._zygote", "execproto.adapters._processes._seccomp",
+)
+LISTEN_AND_LIST = (
+    "import builtins, json, os, sys\n"
+    "from execproto.adapters import cli\n"
+    "def said(*args, **kwargs):\n"
+    "    if args and str(args[0]).startswith('ws://'):\n"
+    "        sys.stdout.write(json.dumps(sorted(sys.modules)) + '\\n'); sys.stdout.flush()\n"
+    "        os._exit(0)\n"
+    "builtins.print = said\n"
+    "cli.main(['serve', '--listen', 'ws://127.0.0.1:0', '--log-level', 'warning'])\n"
+)
+
+
+def test_listening_loads_nothing_a_start_need_not() -> None:
+    done = subprocess.run([sys.executable, "-c", LISTEN_AND_LIST], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "execproto.adapters.asyncio" in loaded  # it did listen
+    assert [name for name in NOT_AT_START if name in loaded] == []
+
+
 # attrs reads each converter's signature: a builtin's is parsed from its text by `tokenize`,
 # whose regular expressions take ~5 ms to compile. No class of a start may have one.
 SERVE_THEN_TOKENIZE = (

@@ -24,10 +24,10 @@ takes it off `sys.path` instead (`forget_cwd`), and nothing is imported from the
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Iterable
 
+from .._system import which
 from . import _loaded
 
 # The programs the server runs around a process, found on its PATH as `_posix`, `_cgroups`
@@ -57,7 +57,7 @@ def protected(extra: Iterable[str] = ()) -> tuple[str, ...]:
     adapters = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     here = os.getcwd()
     interpreters = [sys.executable, getattr(sys, "_base_executable", sys.executable)]
-    programs = [shutil.which(name, path=where) or "" for name in (*WRAPPERS, *WATCHDOG_TOOLS)
+    programs = [which(name, path=where) or "" for name in (*WRAPPERS, *WATCHDOG_TOOLS)
                 for where in (None, SYSTEM_PATH)]
     named = [*interpreters,
              sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,

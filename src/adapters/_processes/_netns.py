@@ -13,7 +13,6 @@ sandboxes are prepared, off the owner.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -21,7 +20,8 @@ from collections.abc import Callable
 
 import attrs
 
-from . import _bwrap, _hold
+from .._system import which
+from ._wrappers import WRAPPER_ENV, WRAPPER_PATH
 
 # How long a holder may take to make its namespace (pasta's route included).
 READY_WAIT = 10.0
@@ -30,6 +30,8 @@ ENDED_KEPT = 4096
 
 def host_routed() -> bool:
     """Whether this host has a default route, which pasta needs to reach out."""
+    from . import _hold  # as the sandbox's modules, at its first need
+
     return _hold.routed()
 
 
@@ -58,8 +60,8 @@ class Tools:
         """nftables and util-linux's nsenter, where the server is root (a namespace's rules
         are loaded by a program the server runs in it, which keeps its capabilities only as
         root); None where any of it is missing."""
-        nft = shutil.which("nft", path=dict(_bwrap.WRAPPER_ENV)["PATH"])
-        nsenter = shutil.which("nsenter", path=dict(_bwrap.WRAPPER_ENV)["PATH"])
+        nft = which("nft", path=WRAPPER_PATH)
+        nsenter = which("nsenter", path=WRAPPER_PATH)
         if os.geteuid() != 0 or nft is None or nsenter is None:
             return None
         return cls(nft=os.path.realpath(nft), nsenter=os.path.realpath(nsenter))
@@ -73,15 +75,17 @@ class Holder:
     """One network namespace, held by a process of its own till `close`."""
 
     def __init__(self, pasta: str | None) -> None:
+        from ._bwrap import HOLD  # the sandbox's modules, loaded by its first need
+
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._control = ours
         self._lock = threading.Lock()
         fds = [theirs.fileno()]
-        argv = [*_bwrap.HOLD.argv(fds), str(theirs.fileno()), pasta or ""]
+        argv = [*HOLD.argv(fds), str(theirs.fileno()), pasta or ""]
         try:
             self._process = subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL,
-                                             env=dict(_bwrap.WRAPPER_ENV), cwd="/")
+                                             env=dict(WRAPPER_ENV), cwd="/")
         finally:
             theirs.close()
             for fd in fds[1:]:
@@ -128,7 +132,7 @@ class Holder:
         done = subprocess.run([tools.nsenter, f"--net=/proc/self/fd/{self.net}", "--",
                                tools.nft, "-f", "-"], input=rules.encode(),
                               pass_fds=(self.net,), capture_output=True,
-                              env=dict(_bwrap.WRAPPER_ENV), timeout=READY_WAIT)
+                              env=dict(WRAPPER_ENV), timeout=READY_WAIT)
         if done.returncode != 0:
             raise HolderFailed("the transparent proxy's rules: "
                                + done.stderr.decode(errors="replace").strip())

@@ -15,28 +15,31 @@
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
+import functools
 import os
-import shutil
 import signal
 import struct
 import subprocess
 import termios
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from execproto import SpawnSpec
 from execproto.events import SpawnFailure, Stream
 
 from .._system import os_error_text as os_error_text  # the processes room's words, as every room's
 from .._system import readlink as readlink
+from .._system import which
+
+if TYPE_CHECKING:
+    import ctypes
 
 # Output is read in large pieces: a bigger pipe means fewer wakeups and fewer, larger chunks.
 PIPE_SIZE = 1 << 20
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "KILL": signal.SIGKILL}
-
 
 
 def real_program(name: str, path: str | None = None) -> str | None:
@@ -45,7 +48,7 @@ def real_program(name: str, path: str | None = None) -> str | None:
     with a writable root may replace a link (`/usr/bin/pasta -> passt`, `/bin/sh -> dash`)
     though never the file it leads to, which is held read-only in every sandbox
     (`_own_files`); run through the link, the server would run whatever it was turned to."""
-    found = shutil.which(name, path=path)
+    found = which(name, path=path)
     return os.path.realpath(found) if found is not None else None
 
 
@@ -94,7 +97,7 @@ def resolve_program(program: str, env: Mapping[str, str], cwd: str) -> str:
             raise _spawn_error(OSError(errno.EACCES, ""))
         return path
     search = env.get("PATH", os.defpath)
-    found = shutil.which(program, path=search)
+    found = which(program, path=search)
     if found is None:
         raise _spawn_error(OSError(errno.ENOENT, ""))
     return found if os.path.isabs(found) else os.path.join(cwd, found)
@@ -394,26 +397,29 @@ def keep_buffers_in_heap() -> None:
     processes, measured: 100 to 400 MB): the driver calls `release_free_memory` now and then.
     Does nothing where the C library is not glibc.
     """
-    if _LIBC is not None:
-        _LIBC.mallopt(_M_MMAP_THRESHOLD, 8 << 20)
-        _LIBC.mallopt(_M_TRIM_THRESHOLD, 32 << 20)
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, 8 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 32 << 20)
         # One heap per thread gains nothing under the GIL, and each keeps its own free memory
         # (the threads adapter held 15 of them, 35 MB that no trim gave back).
-        _LIBC.mallopt(_M_ARENA_MAX, 2)
+        libc.mallopt(_M_ARENA_MAX, 2)
 
 
 def release_free_memory() -> None:
     """Give the heap's free pages back to the system (glibc's malloc_trim), wherever they are."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
+    """The C library if it is glibc, found at first use: ctypes is not loaded by a start."""
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None)
     except OSError:
         return None
     return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
-
-
-_LIBC = _glibc()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 from typing import Any
 
 from execproto import Host, uri_from_path
+
+from .._system import which
 
 VERSION = "0.1.0"
 
@@ -45,7 +46,7 @@ _CAPABILITIES = {
 
 
 def _shell() -> dict[str, str]:
-    path = os.environ.get("SHELL") or shutil.which("bash") or "/bin/sh"
+    path = os.environ.get("SHELL") or which("bash") or "/bin/sh"
     return {"name": os.path.basename(path), "path": path}
 
 

@@ -42,6 +42,7 @@ import random
 import sys
 import traceback
 import types
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -53,10 +54,13 @@ from hypothesis import strategies as st
 import execproto
 from execproto import (
     Action,
+    CancelHttp,
     CloseConnection,
     Config,
     ConnectionClosed,
     ConnectionOpened,
+    Encoded,
+    EndSession,
     Event,
     Finalize,
     FsCompleted,
@@ -66,6 +70,7 @@ from execproto import (
     HttpResponded,
     LocalProtocolError,
     MessageReceived,
+    MissingChanged,
     OutputReceived,
     ProcessExited,
     ProcessSpawned,
@@ -82,8 +87,19 @@ from execproto import (
     SpawnFailed,
     StreamClosed,
     Tick,
+    Unwatch,
+    WatchMissing,
 )
 from execproto._methods import METHODS
+from execproto.actions import CloseForward, OpenForward, PauseForward, ResumeForward, WriteForward
+from execproto.events import (
+    ForwardConnected,
+    ForwardEnded,
+    ForwardFailed,
+    ForwardReceived,
+    ForwardUnrouted,
+    ForwardWritten,
+)
 
 # Examples per target.
 EXAMPLES = int(os.environ.get("EXECPROTO_FUZZ_EXAMPLES", "1000"))
@@ -113,6 +129,19 @@ HOST = Host(
     env={"PATH": "/usr/bin", "HOME": "/root", "API_KEY": "k", "LANG": "C.UTF-8", "ÄÖ": "ß"},
 )
 CONFIG = Config(retention_bytes=64, retention_chunks=4, write_id_memory=4, max_fs_handles=2)
+
+
+FORWARD_EVENTS = (ForwardConnected, ForwardEnded, ForwardFailed, ForwardReceived, ForwardUnrouted,
+                  ForwardWritten)
+FORWARD_ACTIONS = (OpenForward, WriteForward, PauseForward, ResumeForward, CloseForward)
+# The phases of the calls of the other families, as the adapter saw them last.
+ISSUED, RESPONDED = "issued", "responded"  # an http call (done ones are forgotten)
+CONNECTING, OPEN, ENDED = "connecting", "open", "ended"  # a forward stream (ENDED: the target's
+# EOF came; closed ones are forgotten)
+
+# The sequences' calls: (method, "sent" | "result" | "error") -> how many, summed over a run's
+# examples; `test_event_sequences` wants every method sent and answered with a result.
+SEQUENCE_ANSWERS: Counter[tuple[str, str]] = Counter()
 
 
 # -- checking what comes out ------------------------------------------------------------------
@@ -161,6 +190,18 @@ class World:
         "exited",
         "finalized",
         "minted",
+        "fs_ops",
+        "http_ops",
+        "streaming",
+        "forwards",
+        "ever_streams",
+        "backlog",
+        "paused",
+        "watches",
+        "live_watches",
+        "ended",
+        "asked",
+        "answered",
     )
 
     def __init__(self) -> None:
@@ -176,6 +217,20 @@ class World:
         self.exited: set[int] = set()  # procs whose exit was reported
         self.finalized: set[int] = set()
         self.minted = 0
+        # The calls of the other families, each in the phase the adapter last saw it in.
+        self.fs_ops: dict[int, str] = {}  # RunFs and WatchMissing ops not yet completed
+        self.http_ops: dict[int, str] = {}  # RunHttp ops not done: "issued" or "responded"
+        self.streaming: set[int] = set()  # http ops whose response is streamed
+        self.forwards: dict[int, str] = {}  # OpenForward streams: FORWARD_PHASES
+        self.ever_streams: set[int] = set()
+        self.backlog: dict[int, int] = {}  # stream -> bytes asked written, not yet reported
+        self.paused: set[int] = set()  # streams the adapter stopped reading
+        self.watches: list[int] = []  # WatchMissing watches, in order
+        self.live_watches: set[int] = set()  # neither fired nor unwatched
+        self.ended: set[str] = set()  # sessions an EndSession was for
+        # Requests the sequences sent (`request_frame`): (conn, id) -> method; and answered.
+        self.asked: dict[tuple[int, Any], str] = {}
+        self.answered: set[tuple[int, Any]] = set()
 
     def mint(self) -> str:
         self.minted += 1
@@ -194,8 +249,57 @@ class World:
             self.reported.add(event.proc)
         elif isinstance(event, ProcessExited):
             self.exited.add(event.proc)
+        else:
+            self.saw_family_event(event)
         self.check(actions)
         return actions
+
+    def saw_family_event(self, event: Event) -> None:
+        """An fs, http, watch or forward event was accepted: the phase it moves its call to.
+        (One for a call already over was ignored by the core, and changes nothing here.)"""
+        if isinstance(event, FsCompleted):
+            self.fs_ops.pop(event.op, None)
+        elif isinstance(event, HttpResponded) and event.op in self.http_ops:
+            if event.op in self.streaming:
+                self.http_ops[event.op] = RESPONDED
+            else:
+                del self.http_ops[event.op]
+        elif isinstance(event, HttpFinished):
+            self.http_ops.pop(event.op, None)
+        elif isinstance(event, MissingChanged):
+            self.live_watches.discard(event.watch)
+        elif isinstance(event, FORWARD_EVENTS) and event.stream in self.forwards:
+            if isinstance(event, ForwardConnected):
+                self.forwards[event.stream] = OPEN
+            elif isinstance(event, (ForwardFailed, ForwardUnrouted)):
+                # Closed by the adapter itself (unrouted: unless an OpenForward with route
+                # "host" comes back for it).
+                self.forget_stream(event.stream)
+            elif isinstance(event, ForwardEnded):
+                self.forwards[event.stream] = ENDED
+            elif isinstance(event, ForwardWritten):
+                self.backlog[event.stream] -= event.size
+
+    def forget_stream(self, stream: int) -> None:
+        del self.forwards[stream]
+        self.backlog.pop(stream, None)
+        self.paused.discard(stream)
+
+    def request_frame(self, conn: int, frame: Any) -> bytes | str:
+        """The frame of a step: a sequence's call (method, params) is sent with an id no other
+        frame has, remembered to check its answer; anything else is sent as it is."""
+        if not isinstance(frame, tuple):
+            return frame
+        method, params = frame
+        SEQUENCE_ANSWERS[method, "sent"] += 1
+        if method == "initialized":  # the one notification
+            return encode({"jsonrpc": "2.0", "method": method, "params": params})
+        msg_id = f"call-{len(self.asked) + 1}"
+        self.asked[conn, msg_id] = method
+        return request(msg_id, method, params)
+
+    def http_in(self, phase: str) -> list[int]:
+        return [op for op, seen in self.http_ops.items() if seen == phase]
 
     def tick_due(self) -> None:
         """Tick while a deadline is due, as an adapter's loop does (bounded: timers set during a
@@ -221,7 +325,7 @@ class World:
             assert isinstance(action, ACTION_TYPES), f"not an action: {action!r}"
             if isinstance(action, Send):
                 assert action.conn in self.conns, f"Send to closed connection: {action!r}"
-                check_send(action.data)
+                self.check_answer(action.conn, check_send(action.data))
             elif isinstance(action, CloseConnection):
                 assert action.conn in self.conns, f"closing a closed connection: {action!r}"
             elif isinstance(action, Spawn):
@@ -229,8 +333,30 @@ class World:
                 self.spawned.add(action.proc)
                 self.procs.append(action.proc)
                 self.tty[action.proc] = action.spec.tty
-            elif isinstance(action, (RunFs, RunHttp)):
+            elif isinstance(action, (RunFs, RunHttp, WatchMissing)):
+                assert action.op not in self.ops, f"op reused: {action!r}"
                 self.ops.append(action.op)
+                if isinstance(action, RunHttp):
+                    assert action.conn in self.conns, f"a call for a closed connection: {action!r}"
+                    self.http_ops[action.op] = ISSUED
+                    if action.request.stream_response:
+                        self.streaming.add(action.op)
+                else:
+                    self.fs_ops[action.op] = type(action).__name__
+                if isinstance(action, RunFs):
+                    assert action.conn in self.conns, f"a call for a closed connection: {action!r}"
+                if isinstance(action, WatchMissing):
+                    assert action.watch not in self.watches, f"watch reused: {action!r}"
+                    self.watches.append(action.watch)
+                    self.live_watches.add(action.watch)
+            elif isinstance(action, Unwatch):
+                assert action.watch in self.live_watches, f"unwatched twice: {action!r}"
+                self.live_watches.discard(action.watch)
+            elif isinstance(action, EndSession):
+                assert action.session_id not in self.ended, f"ended twice: {action!r}"
+                self.ended.add(action.session_id)
+            elif isinstance(action, (CancelHttp, *FORWARD_ACTIONS)):
+                self.check_family_action(action)
             elif isinstance(action, Finalize):
                 assert action.proc in self.spawned, f"Finalize without Spawn: {action!r}"
                 assert action.proc not in self.finalized, f"Finalize twice: {action!r}"
@@ -243,6 +369,46 @@ class World:
                 if isinstance(action, ResizeTerminal):
                     assert self.tty[proc], f"a terminal resized without one: {action!r}"
                     assert 1 <= action.rows <= 65535 and 1 <= action.cols <= 65535, action
+
+    def check_answer(self, conn: int, message: dict[str, Any]) -> None:
+        """A response to a request the sequence sent comes once, on the request's connection."""
+        key = (conn, message.get("id"))
+        if "method" in message or key not in self.asked:
+            return
+        assert key not in self.answered, f"answered twice: {message!r}"
+        self.answered.add(key)
+        SEQUENCE_ANSWERS[self.asked[key], "result" if "result" in message else "error"] += 1
+
+    def check_family_action(self, action: Action) -> None:
+        """An http or forward action: for a call in a phase that allows it."""
+        if isinstance(action, CancelHttp):
+            assert self.http_ops.pop(action.op, None) is not None, (
+                f"cancelled a call that is not running: {action!r}")
+            return
+        assert isinstance(action, FORWARD_ACTIONS), action
+        stream = action.stream
+        if isinstance(action, OpenForward):
+            if action.route == "host":
+                # The session's network was refused just now: the same stream, the host's.
+                assert stream in self.ever_streams and stream not in self.forwards, action
+            else:
+                assert stream not in self.ever_streams, f"stream reused: {action!r}"
+            self.ever_streams.add(stream)
+            self.forwards[stream] = CONNECTING
+            self.backlog[stream] = 0
+            return
+        assert stream in self.forwards, f"{action!r} for a stream that is gone"
+        if isinstance(action, CloseForward):
+            self.forget_stream(stream)
+        elif isinstance(action, WriteForward):
+            assert self.forwards[stream] != CONNECTING, f"written before connected: {action!r}"
+            self.backlog[stream] += len(action.data)
+        elif isinstance(action, PauseForward):
+            assert stream not in self.paused, f"paused twice: {action!r}"
+            self.paused.add(stream)
+        else:
+            assert stream in self.paused, f"resumed, not paused: {action!r}"
+            self.paused.discard(stream)
 
 
 def encode(message: Any) -> str:
@@ -740,8 +906,10 @@ def make(cls: type, **fields: Any) -> Any:
 
 
 # 0-60: a handle the core issued (newest first); 61-63: a wrong one. Wrong ones must stay rare:
-# the first one ends the sequence.
-HANDLE = st.integers(0, 63)
+# the first one ends the sequence. Drawn from 0-255 and folded, because hypothesis draws a
+# range's ends far more often than the rest: 63 drawn as often as 0 ended most sequences within
+# a few steps.
+HANDLE = st.integers(0, 255).map(lambda k: k if k < 64 else k % 57)
 WRONG = 61
 STREAM = st.integers(0, 31)  # 0-29: one the process has; 30-31: one it does not
 STREAMS_PIPE = ("stdout", "stderr")
@@ -789,6 +957,33 @@ def pick_op(w: World, k: int) -> int:
     return pick(w.ops, k, max(w.ops, default=0) + 1)
 
 
+def pick_in(issued: list[int], chosen: list[int], k: int) -> int:
+    """Mostly one of ``chosen`` (the handles in the phase an event needs, oldest first); 57-60:
+    any handle ever issued (maybe over, which the core must ignore); 61-63: a wrong one."""
+    if k >= 57:
+        return pick(issued, k, max(issued, default=0) + 1)
+    if not chosen:
+        raise Skip
+    return chosen[len(chosen) - 1 - k % len(chosen)]
+
+
+def pick_op_in(w: World, k: int, chosen: list[int]) -> int:
+    return pick_in(w.ops, chosen, k)
+
+
+def pick_stream_in(w: World, k: int, *phases: str) -> int:
+    chosen = [stream for stream, phase in w.forwards.items() if phase in phases]
+    return pick_in(sorted(w.ever_streams), chosen, k)
+
+
+def _forward_written(w: World, k: int, part: int) -> list[Event]:
+    """Some of what was asked written to an open stream's target: all of it, or a part."""
+    waiting = [s for s, phase in w.forwards.items() if phase != CONNECTING and w.backlog[s]]
+    stream = pick_in(sorted(w.ever_streams), waiting, k)
+    backlog = w.backlog.get(stream, 0)
+    return [ForwardWritten(stream=stream, size=max(1, backlog // (part + 1)))]
+
+
 def pick_stream(w: World, proc: int, k: int) -> str:
     own = STREAMS_TTY if w.tty.get(proc) else STREAMS_PIPE
     if k < 30:
@@ -822,7 +1017,9 @@ def _finish(w: World, k: int, returncode: int) -> list[Event]:
 # Step kind -> how to turn its drawn arguments into events, given the world.
 RESOLVE: dict[str, Callable[..., list[Event]]] = {
     "open": _open,
-    "message": lambda w, k, frame: [MessageReceived(conn=pick_conn(w, k), data=frame)],
+    "message": lambda w, k, frame: [
+        MessageReceived(conn=(c := pick_conn(w, k)), data=w.request_frame(c, frame))
+    ],
     "close": lambda w, k: [ConnectionClosed(conn=pick_conn(w, k))],
     "blocked": lambda w, k: [SendBlocked(conn=pick_conn(w, k))],
     "drained": lambda w, k: [SendDrained(conn=pick_conn(w, k))],
@@ -847,22 +1044,45 @@ RESOLVE: dict[str, Callable[..., list[Event]]] = {
     "exit": lambda w, k, rc: [ProcessExited(proc=pick_proc_in(w, k, "running"), returncode=rc)],
     "finish": _finish,
     "fs_done": lambda w, k, result, error: [
-        FsCompleted(op=pick_op(w, k), result=result, error=error)
+        FsCompleted(op=pick_op_in(w, k, list(w.fs_ops)), result=result, error=error)
+    ],
+    "watch_fired": lambda w, k: [
+        MissingChanged(watch=pick_in(w.watches, sorted(w.live_watches), k))
     ],
     "http_responded": lambda w, k, status, headers, body: [
-        HttpResponded(op=pick_op(w, k), status=status, headers=headers, body=body)
+        HttpResponded(op=pick_op_in(w, k, w.http_in(ISSUED)), status=status, headers=headers,
+                      body=body)
     ],
-    "http_body": lambda w, k, data: [HttpBodyReceived(op=pick_op(w, k), data=data)],
-    "http_finished": lambda w, k, error: [HttpFinished(op=pick_op(w, k), error=error)],
+    "http_body": lambda w, k, data: [
+        HttpBodyReceived(op=pick_op_in(w, k, w.http_in(RESPONDED)), data=data)
+    ],
+    "http_finished": lambda w, k, error: [
+        HttpFinished(op=pick_op_in(w, k, list(w.http_ops)), error=error)
+    ],
+    "forward_connected": lambda w, k: [ForwardConnected(stream=pick_stream_in(w, k, CONNECTING))],
+    "forward_unrouted": lambda w, k, network, listening: [
+        ForwardUnrouted(stream=pick_stream_in(w, k, CONNECTING), network=network,
+                        listening=listening)
+    ],
+    "forward_failed": lambda w, k: [
+        ForwardFailed(stream=pick_stream_in(w, k, CONNECTING, OPEN, ENDED),
+                      error="Connection refused (os error 111)")
+    ],
+    "forward_received": lambda w, k, data: [
+        ForwardReceived(stream=pick_stream_in(w, k, OPEN), data=data)
+    ],
+    "forward_ended": lambda w, k: [ForwardEnded(stream=pick_stream_in(w, k, OPEN))],
+    "forward_written": _forward_written,
     "tick": lambda w: [Tick()],
 }
-# The server stopping. Rare (k < 16 of 64), or few sequences would get deep before it.
+# The server stopping. Rare (its step is drawn rarely, and then one in four stops the server),
+# or few sequences would get deep before it.
 Shutdown: type | None = getattr(execproto, "Shutdown", None)
 
 
 def _shutdown(w: World, k: int) -> list[Event]:
     assert Shutdown is not None
-    return [Shutdown()] if k < 16 else []
+    return [Shutdown()] if k % 4 == 1 else []
 
 
 if Shutdown is not None:
@@ -873,7 +1093,7 @@ Drain: type | None = getattr(execproto, "Drain", None)
 
 def _drain(w: World, k: int) -> list[Event]:
     assert Drain is not None
-    return [Drain()] if k < 16 else []
+    return [Drain()] if k % 4 == 1 else []
 
 
 if Drain is not None:
@@ -885,77 +1105,62 @@ returncodes = st.sampled_from(
 # Past every deadline the core sets (kill grace 1 s, TTLs 30 s); 1e9 leaves float precision intact.
 delays = st.sampled_from([0.0, 0.0, 0.0, 0.001, 0.5, 1.0, 1.5, 30.0, 31.0, 1e9])
 
-_pids = st.sampled_from(["p", "q"])
-useful_requests = st.one_of(
-    st.fixed_dictionaries({"clientName": st.just("f")}, optional={"resumeSessionId": sessions}).map(
-        lambda p: request(7, "initialize", p)
-    ),
-    st.just(INITIALIZED),
-    st.builds(
-        lambda pid, tty, pipe: request(7, "process/start", _start(pid, tty=tty, pipeStdin=pipe)),
-        _pids,
-        st.booleans(),
-        st.booleans(),
-    ),
-    st.fixed_dictionaries(
-        {"processId": _pids},
-        optional={
-            "afterSeq": st.integers(0, 6),
-            "maxBytes": st.integers(0, 20),
-            "waitMs": st.sampled_from([0, 1, 1000, 40_000]),
-        },
-    ).map(lambda p: request(7, "process/read", p)),
-    st.fixed_dictionaries(
-        {
-            "processId": _pids,
-            "chunk": st.sampled_from(["", "aGk="]),
-            "writeId": st.sampled_from(["1", "2"]),
-        },
-        optional={"closeStdin": st.booleans()},
-    ).map(lambda p: request(7, "process/write", p)),
-    _pids.map(lambda pid: request(7, "process/signal", {"processId": pid, "signal": "interrupt"})),
-    st.builds(
-        lambda pid, tty: request(7, "process/start", _start(pid, tty=tty, rows=30, cols=100)),
-        _pids,
-        st.booleans(),
-    ),
-    st.builds(
-        lambda pid, rows: request(7, "process/resize", {"processId": pid, "rows": rows,
-                                                        "cols": 80}),
-        _pids,
-        st.sampled_from([1, 50, 65535]),
-    ),
-    _pids.map(lambda pid: request(7, "process/terminate", {"processId": pid})),
-    st.sampled_from(["h", "i"]).map(
-        lambda h: request(7, "fs/open", {"handleId": h, "path": "file:///x"})
-    ),
-    st.sampled_from(["h", "i"]).map(
-        lambda h: request(7, "fs/readBlock", {"handleId": h, "offset": 0, "len": 10})
-    ),
-    st.sampled_from(["h", "i"]).map(lambda h: request(7, "fs/close", {"handleId": h})),
-    st.just(request(7, "fs/readFile", {"path": "file:///x"})),
-    st.builds(
-        lambda rid, stream: request(
-            7,
-            "http/request",
-            {
-                "method": "GET",
-                "url": "http://127.0.0.1/",
-                "headers": [],
-                "requestId": rid,
-                "streamResponse": stream,
-            },
-        ),
-        st.sampled_from(["r", "s"]),
-        st.booleans(),
-    ),
-)
+# The requests of the sequences: every method of the registry, each with valid params drawn
+# from its schema (`VALID`), where the fields that name things are narrowed to the few names the
+# sequence's other calls use: so a read finds the process a start made, a block call the handle
+# an open made, a forward write the stream an open connected. A method added to the registry is
+# sent with no edit here (and `test_methods` checks that it is).
+NAMED: dict[str, st.SearchStrategy[Any]] = {  # field -> its values, rather than its kind's
+    "processId": st.sampled_from(["p", "q"]),
+    "handleId": st.sampled_from(["h", "i"]),
+    "requestId": st.sampled_from(["r", "s"]),
+    "writeId": st.sampled_from(["1", "2"]),
+    "streamId": st.integers(1, 3),
+    "watchId": st.integers(0, 6),
+    "seq": st.integers(0, 6),
+    "afterSeq": st.integers(0, 6),
+    "maxBytes": st.integers(0, 20),
+    "waitMs": st.sampled_from([0, 1, 1000, 40_000]),
+    "offset": st.sampled_from([0, 1, 4096]),
+    "len": st.sampled_from([0, 1, 10, 65536]),
+    "chunk": st.sampled_from(["", "aGk="]),
+    "dataBase64": st.sampled_from(["", "aGk=", base64.b64encode(bytes(3000)).decode()]),
+    "port": st.sampled_from([22, 8080]),
+    "clientName": st.just("f"),
+}
+# Processes are where most of the core's state is: their calls come three times as often.
+SEQUENCE_METHODS = [name for name in METHODS for _ in range(3 if name.startswith("process/")
+                                                              else 1)]
+
+
+def _valid(schema: dict[str, str]) -> st.SearchStrategy[dict[str, Any]]:
+    """Valid params of ``schema``: each field its NAMED values or its kind's VALID ones, an
+    optional field half the time."""
+    required, optional = {}, {}
+    for name, kind in schema.items():
+        values = NAMED.get(name, VALID[kind.rstrip("?")])
+        (optional if kind.endswith("?") else required)[name] = values
+    return st.fixed_dictionaries(required, optional=optional)
+
+
+SEQUENCE_PARAMS = {name: _valid(METHODS[name].schema) for name in METHODS}
+_SEQUENCE_METHOD = st.sampled_from(SEQUENCE_METHODS)
+
+
+@st.composite
+def useful_request(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    """A call (method, params): sent with an id of its own (`World.request_frame`)."""
+    method = draw(_SEQUENCE_METHOD)
+    return method, draw(SEQUENCE_PARAMS[method])
+
+
+useful_requests = useful_request()
 # What a client sends in a sequence: mostly useful requests, sometimes anything at all.
 frames = useful_requests | useful_requests | client_frame()
 
 json_results = st.none() | st.dictionaries(
     st.text(max_size=4), st.none() | st.booleans() | st.integers() | st.text(max_size=6), max_size=2
-)
+) | st.sampled_from([{"watching": True}, Encoded(text='{"entries":[]}')])
 rpc_errors = st.none() | st.builds(
     RpcError, st.integers(-33000, -32000), st.text(max_size=8), st.none() | st.just({"kind": "x"})
 )
@@ -988,21 +1193,47 @@ STEPS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
     ),
     "http_body": _step("http_body", HANDLE, st.binary(max_size=16)),
     "http_finished": _step("http_finished", HANDLE, st.none() | st.text(max_size=8)),
+    "watch_fired": _step("watch_fired", HANDLE),
+    "forward_connected": _step("forward_connected", HANDLE),
+    "forward_unrouted": _step(
+        "forward_unrouted", HANDLE, st.sampled_from(["none", "unknown"]),
+        st.sampled_from([(), (8080,), (22, 8765)]),
+    ),
+    "forward_failed": _step("forward_failed", HANDLE),
+    "forward_received": _step("forward_received", HANDLE, st.binary(max_size=16)),
+    "forward_ended": _step("forward_ended", HANDLE),
+    "forward_written": _step("forward_written", HANDLE, st.integers(0, 2)),
     "tick": _step("tick"),
 }
 if Shutdown is not None:
     STEPS["shutdown"] = _step("shutdown", HANDLE)
 if Drain is not None:
     STEPS["drain"] = _step("drain", HANDLE)
-# Client messages and process events are where the state is; weight them up.
-_WEIGHTS = {"message": 5, "spawned": 2, "output": 2, "finish": 2, "fs_done": 2, "http_responded": 2}
-any_step = st.one_of([STEPS[k] for k in STEPS for _ in range(_WEIGHTS.get(k, 1))])
-steps = st.lists(st.tuples(delays, any_step), min_size=1, max_size=40)
+# Client messages and process events are where the state is; weight them up. (Weights by
+# repeats in a `sampled_from`: `one_of` draws its branches about evenly, repeats or not.)
+_WEIGHTS = {"message": 12, "open": 2, "spawned": 2, "output": 2, "finish": 2, "fs_done": 3,
+            "forward_connected": 2}
+_STEP_KINDS = st.sampled_from([k for k in STEPS for _ in range(_WEIGHTS.get(k, 1))])
+
+
+@st.composite
+def any_step(draw: st.DrawFn) -> tuple[Any, ...]:
+    return draw(STEPS[draw(_STEP_KINDS)])
+
+
+steps = st.lists(st.tuples(delays, any_step()), min_size=1, max_size=40)
+
+
+def _call(w: World, conn: int, method: str, params: dict[str, Any]) -> list[Action]:
+    return w.feed(MessageReceived(conn=conn, data=w.request_frame(conn, (method, params))))
 
 
 def event_prelude(w: World, level: int) -> None:
     """Level 1: conn 1 handshaken, "p" starting (proc 1). Level 2: also spawned, with output, a
-    long-poll read pending, and conn 2 handshaken. Short sequences then start deep."""
+    long-poll read pending, and conn 2 handshaken. Level 3: also, on conn 2, a call of every
+    other family under way: fs handle "h" open, forward stream 1 connected, a streamed http
+    response begun ("r"), a watch watching, a file read waiting for the adapter. Short sequences
+    then start deep."""
     if level == 0:
         return
     w.feed(ConnectionOpened(conn=1, session_id=w.mint()))
@@ -1018,6 +1249,18 @@ def event_prelude(w: World, level: int) -> None:
     w.feed(ConnectionOpened(conn=2, session_id=w.mint()))
     w.feed(MessageReceived(conn=2, data=request(1, "initialize", {"clientName": "g"})))
     w.feed(MessageReceived(conn=2, data=INITIALIZED))
+    if level == 2:
+        return
+    _call(w, 2, "fs/open", {"handleId": "h", "path": "file:///x", "mode": "replace"})
+    w.feed(FsCompleted(op=w.ops[-1], result={}))
+    _call(w, 2, "fs/watchMissing", {"watchId": 1, "missing": ["file:///x/y"]})
+    w.feed(FsCompleted(op=w.ops[-1], result={"watching": True}))
+    _call(w, 2, "fs/readFile", {"path": "file:///x"})
+    _call(w, 2, "http/request", {"method": "GET", "url": "http://127.0.0.1:1/", "headers": [],
+                                 "requestId": "r", "streamResponse": True})
+    w.feed(HttpResponded(op=w.ops[-1], status=200, headers=()))
+    _call(w, 2, "forward/open", {"port": 8080})
+    w.feed(ForwardConnected(stream=max(w.ever_streams)))
 
 
 def event_sequences(prelude: int, steps: list[tuple[float, tuple[Any, ...]]]) -> None:
@@ -1047,7 +1290,7 @@ def event_sequences(prelude: int, steps: list[tuple[float, tuple[Any, ...]]]) ->
 
 
 # The deeper preludes first: sampled_from shrinks toward its first element.
-EVENT_SEQUENCES = {"prelude": st.sampled_from([2, 2, 1, 0]), "steps": steps}
+EVENT_SEQUENCES = {"prelude": st.sampled_from([3, 3, 2, 2, 1, 0]), "steps": steps}
 
 
 # -- running: pytest, long runs, atheris --------------------------------------------------------

@@ -26,7 +26,7 @@ class NoNetwork(Refused):
     the host's network), so a session has none to connect into."""
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, eq=False)  # never compared: an equality made at every start
 class ExecSpec:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
@@ -42,7 +42,7 @@ class ExecSpec:
     listeners: Listeners | None = None
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, eq=False)  # never compared, as ExecSpec
 class Listeners:
     """A process's proxy listeners, bound and listening where the process reaches them."""
 

@@ -22,7 +22,6 @@ import os
 import signal
 import struct
 import subprocess
-import termios
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -141,7 +140,7 @@ class Child:
         both closed, the terminal is gone and there is nothing to resize."""
         fd = self.outputs.get("pty", self.stdin)
         if fd is not None:
-            fcntl.ioctl(fd, termios.TIOCSWINSZ, winsize(rows, cols))
+            set_winsize(fd, rows, cols)
 
     def reap(self) -> None:
         """Collect the zombie and release every descriptor still open."""
@@ -217,7 +216,7 @@ class Stdio:
                 self.kept.append(master)
                 self._theirs.append(slave)
                 rows, cols = spec.terminal_size or (24, 80)  # a plain terminal's, unless asked
-                fcntl.ioctl(slave, termios.TIOCSWINSZ, winsize(rows, cols))
+                set_winsize(slave, rows, cols)
                 self.child = (slave, slave, slave)
                 return
             if spec.pipe_stdin:
@@ -321,6 +320,13 @@ def _started(
         _abort(process, stdio.kept)
         raise _spawn_error(exc) from None
     return _child(process, outputs, stdin)
+
+
+def set_winsize(fd: int, rows: int, cols: int) -> None:
+    """Set the terminal's size (termios is loaded by the first terminal, not a start)."""
+    import termios
+
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, winsize(rows, cols))
 
 
 def winsize(rows: int, cols: int) -> bytes:

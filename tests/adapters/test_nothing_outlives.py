@@ -159,3 +159,30 @@ def test_two_servers_in_one_process_keep_their_own_trees() -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_servers_tree_is_made_at_its_first_process() -> None:
+    """A start spends nothing on the tree (its watchdog's start is ~1.5 ms): `Later` makes it
+    at the first place, and what `Tree.problem` foresaw at start holds."""
+    import os
+
+    from execproto.adapters._processes._cgroups import Later, Tree, _hierarchy, _own
+
+    assert Tree.problem() is None  # root, with cgroup v2: the tree can be made
+    mount = _hierarchy()
+    assert mount is not None
+    own = os.path.normpath(os.path.join(mount, _own().lstrip("/")))
+    before = set(os.listdir(own))
+    heard: list[str] = []
+    later = Later(heard.append)
+    later.signalled(1, "TERM")
+    later.finished(1)
+    assert set(os.listdir(own)) == before, "a tree was made before any process"
+    place = later.place(1)
+    try:
+        assert place is not None and os.path.isdir(place)
+        assert os.path.dirname(os.path.dirname(place)) == own and heard == []
+    finally:
+        later.finished(1)
+        later.close()
+    assert not os.path.exists(os.path.dirname(place))

@@ -18,7 +18,9 @@ by an unprivileged process and is inherited by every fork. So:
 - a watchdog (a shell in a session of its own) waits on a pipe only the server holds: when
   the server dies, even by SIGKILL, it kills the whole tree and removes it.
 
-Where no cgroup v2 hierarchy is writable, `Tree.create` says why, and the server warns.
+Where no cgroup v2 hierarchy is writable, `Tree.create` says why, and the server warns. A
+server makes its tree at its first process (`Later`): the watchdog's start is ~1.5 ms, which a
+start that runs none need not spend; `Tree.problem` says at start what would stop it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 
 from . import _posix
 from ._posix import SIGNALS
@@ -161,6 +164,24 @@ class Tree:
             return NoTree(), f"the watchdog could not be started: {exc}"
 
     @staticmethod
+    def problem() -> str | None:
+        """Why `create` would fail here, as far as can be told without making anything (None:
+        it should succeed)."""
+        mount = _hierarchy()
+        if mount is None:
+            return "no cgroup v2 hierarchy is mounted"
+        if not os.path.exists(SHELL) or SETSID is None:
+            return f"{SHELL} or util-linux's setsid is missing"
+        own = os.path.join(mount, _own().lstrip("/"))
+        if not os.access(own, os.W_OK):
+            return f"cannot make a cgroup in {own}: {os.strerror(errno.EACCES)}"
+        # The root cgroup has no cgroup.kill of its own; any other has it from Linux 5.14 on.
+        if os.path.realpath(own) != os.path.realpath(mount) and not os.path.exists(
+                os.path.join(own, "cgroup.kill")):
+            return "the kernel has no cgroup.kill (Linux 5.14 or later is needed)"
+        return None
+
+    @staticmethod
     def possible() -> bool:
         """Whether `create` can succeed here (without making anything)."""
         mount = _hierarchy()
@@ -255,6 +276,35 @@ class Tree:
                 if line.startswith("0::"):
                     return os.path.join(self._mount, line[3:].strip().lstrip("/"))
         return ""
+
+
+class Later:
+    """The server's tree, made at its first `place` (`Tree.create`); until then there is
+    nothing to signal, finish or close. ``unexpected`` hears why it could not be made, where
+    `Tree.problem` did not foresee it at start."""
+
+    def __init__(self, unexpected: Callable[[str], None]) -> None:
+        self._unexpected = unexpected
+        self._made: Tree | NoTree | None = None
+
+    def place(self, proc: int) -> str | None:
+        if self._made is None:
+            self._made, problem = Tree.create()
+            if problem is not None:
+                self._unexpected(problem)
+        return self._made.place(proc)
+
+    def signalled(self, proc: int, name: str) -> None:
+        if self._made is not None:
+            self._made.signalled(proc, name)
+
+    def finished(self, proc: int) -> None:
+        if self._made is not None:
+            self._made.finished(proc)
+
+    def close(self) -> None:
+        if self._made is not None:
+            self._made.close()
 
 
 def _remove(path: str, wait: bool = False) -> bool:

@@ -100,6 +100,11 @@ class Record:
     bulk: set[Stream] = attrs.field(factory=set)  # streams whose last read came back full
 
 
+def _untracked(problem: str) -> None:
+    log.warning("a process's descendants that leave its process group are not tracked (%s): "
+                "a terminate, or a server killed, can leave them running", problem)
+
+
 class Children:
     """The running processes. ``failed`` says whether the core has failed: then nothing that
     comes back from a worker may run, or be fed."""
@@ -114,11 +119,12 @@ class Children:
         self.prep = Shares(loop.post, PREP_WORKERS, PREP_PER_SESSION, "execproto-sandbox")
         self.cleanups = 0  # sandbox finalizes on the pool: the stop waits for them
         self.on_cleaned: Callable[[], None] | None = None  # after each of those
-        # Each process's cgroup (`_cgroups`), so that nothing it starts outlives it.
-        self.tree, problem = _cgroups.Tree.create()
-        if problem is not None:
-            log.warning("a process's descendants that leave its process group are not tracked "
-                        "(%s): a terminate, or a server killed, can leave them running", problem)
+        # Each process's cgroup (`_cgroups`), so that nothing it starts outlives it; the tree
+        # is made at the first process, what would stop it said now.
+        self.tree: _cgroups.Later | _cgroups.NoTree = _cgroups.Later(_untracked)
+        if (problem := _cgroups.Tree.problem()) is not None:
+            _untracked(problem)
+            self.tree = _cgroups.NoTree()
         self.run: dict[type, Callable[[Any], None]] = {
             Spawn: self._spawn,
             WriteStdin: self._write_stdin,

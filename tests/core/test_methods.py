@@ -96,6 +96,11 @@ def test_the_fuzzer_fuzzes_every_method_with_kinds_it_can_draw() -> None:
         "fuzz_core's KNOWN_METHODS", set(fuzz.KNOWN_METHODS), set(METHODS))
     assert set(fuzz.SCHEMAS) == set(METHODS), _differ(
         "fuzz_core's SCHEMAS", set(fuzz.SCHEMAS), set(METHODS))
+    # The event sequences send every method too, not only the message fuzzer.
+    assert set(fuzz.SEQUENCE_METHODS) == set(METHODS), _differ(
+        "fuzz_core's SEQUENCE_METHODS", set(fuzz.SEQUENCE_METHODS), set(METHODS))
+    assert set(fuzz.SEQUENCE_PARAMS) == set(METHODS), _differ(
+        "fuzz_core's SEQUENCE_PARAMS", set(fuzz.SEQUENCE_PARAMS), set(METHODS))
     kinds = {kind.rstrip("?") for schema in fuzz.SCHEMAS.values() for kind in schema.values()}
     assert kinds <= set(fuzz.VALID), f"no valid values for kinds {kinds - set(fuzz.VALID)}"
     assert kinds <= set(fuzz.TRICKY), f"no tricky values for kinds {kinds - set(fuzz.TRICKY)}"

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from execproto import Policy, SpawnSpec
-from execproto.policy import PathRule, PlantedLink, pinned
 
 # The sandbox's own modules (`_bwrap` and what it runs) load when the probe of bubblewrap
 # runs or at the first sandboxed start, as the files room's `_beneath` does here: a
@@ -303,6 +302,8 @@ class LocalBackend:
         checked on the host, before the sandbox exists, for a clean spawn error; a path the
         policy hides must then fail as if it were absent, or the error would tell whether it
         exists."""
+        from execproto.policy import PlantedLink, pinned
+
         from ._files._beneath import Scope
 
         assert request.sandbox is not None
@@ -445,6 +446,8 @@ def bwrap_sandbox(writable_roots: Sequence[str] = (), allow_network: bool = Fals
 
 
 def operator_floor(writable_roots: Sequence[str], allow_network: bool) -> Policy:
+    from execproto.policy import PathRule  # (the policy's rules, links and globs: not at start)
+
     rules = [PathRule(path="/", access="read")]
     for root in writable_roots:
         if not os.path.isdir(root):

@@ -28,7 +28,6 @@ import sys
 from collections.abc import Iterable
 
 from .._system import which
-from . import _loaded
 
 # The programs the server runs around a process, found on its PATH as `_posix`, `_cgroups`
 # and `backends` find them (and on the system's, where `_cgroups` looks).
@@ -53,6 +52,8 @@ def protected(extra: Iterable[str] = ()) -> tuple[str, ...]:
     """The paths to hold read-only: those the module's docstring lists, and ``extra``
     (`--path-prepend`, the certificate, a backend module's file), each as named and real."""
     import execproto
+
+    from . import _loaded  # (glob, the ELF reader) with the core, not at the start
 
     adapters = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     here = os.getcwd()

@@ -27,8 +27,6 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from execproto.policy import PlantedLink, follow
-
 from .._system import readlink
 
 VOLUME = "..data"  # the link a Kubernetes volume's atomic writer swaps at each update
@@ -57,6 +55,8 @@ def directories(secrets: Iterable[str]) -> list[str]:
 
 def _led_into(path: str) -> list[str]:
     """The directory each link on the way to ``path`` leads into (real paths), in order."""
+    from execproto.policy import PlantedLink, follow  # where there is a secret: few starts
+
     hops: list[tuple[str, str]] = []
     try:
         follow(path, readlink, hops=hops)

@@ -203,6 +203,7 @@ class World:
         "asked",
         "answered",
         "closing",
+        "eofs",
     )
 
     def __init__(self) -> None:
@@ -233,6 +234,7 @@ class World:
         self.asked: dict[tuple[int, Any], str] = {}
         self.answered: set[tuple[int, Any]] = set()
         self.closing: set[int] = set()  # open connections the core asked the adapter to close
+        self.eofs: set[tuple[int, str]] = set()  # (proc, stream) reported closed
 
     def mint(self) -> str:
         self.minted += 1
@@ -255,6 +257,8 @@ class World:
             self.reported.add(event.proc)
         elif isinstance(event, ProcessExited):
             self.exited.add(event.proc)
+        elif isinstance(event, StreamClosed):
+            self.eofs.add((event.proc, event.stream))
         else:
             self.saw_family_event(event)
         self.check(actions)
@@ -316,9 +320,9 @@ class World:
                 return
             self.feed(Tick())
 
-    def run_out_timers(self) -> None:
-        """Let time pass until nothing waits on it (or a bounded number of deadlines)."""
-        for _ in range(20):
+    def run_out_timers(self, bound: int = 20) -> None:
+        """Let time pass until nothing waits on it (or ``bound`` deadlines)."""
+        for _ in range(bound):
             due = self.core.next_deadline()
             if due is None:
                 return
@@ -1010,9 +1014,9 @@ def _open(w: World, k: int, hello: dict[str, Any]) -> list[Event]:
         conn = max(w.ever_conns, default=0) + 1
     # 63: a session id minted twice (impossible once "session-1" exists).
     opened = ConnectionOpened(conn=conn, session_id=w.mint() if k != 63 else "session-1")
-    if k % 3:
+    if k % 3 == 0:
         return [opened]
-    # Or a client's usual start: the handshake at once (initialize may resume a session).
+    # Mostly a client's usual start: the handshake at once (initialize may resume a session).
     return [opened, MessageReceived(conn=conn, data=w.request_frame(conn, ("initialize", hello))),
             MessageReceived(conn=conn, data=INITIALIZED)]
 
@@ -1310,6 +1314,45 @@ def settle(w: World) -> Iterator[Event]:
             yield ForwardWritten(stream=stream, size=w.backlog[stream])
 
 
+def wind_down(w: World) -> Iterator[Event]:
+    """Every client goes and every process ends: its exit, then its streams' EOFs."""
+    for conn in sorted(w.conns):
+        yield ConnectionClosed(conn=conn)
+    for proc in list(w.procs):
+        if proc not in w.reported or proc in w.finalized:
+            continue
+        if proc not in w.exited:
+            yield ProcessExited(proc=proc, returncode=0)
+        for stream in STREAMS_TTY if w.tty[proc] else STREAMS_PIPE:
+            if (proc, stream) not in w.eofs:
+                yield StreamClosed(proc=proc, stream=stream)
+
+
+# What the core keeps for a client, a session, a process or a call: once all are gone and their
+# timers have run out, each must be empty again (memory bounded by what is live). By owner: the
+# core itself (""), its stats, a family made at its first use (skipped if it was not).
+LEFTOVER_TABLES = {
+    "": ("_conns", "_sessions", "_procs", "_finalized", "_closed_bytes", "_reclaimed", "_ops",
+         "_launches", "_asks", "_watch_of", "_last_id"),
+    "stats": ("_pending", "_spawned"),
+    "_forwarding": ("_forwards", "_forward_ids", "_forward_next"),
+}
+
+
+def leftovers(core: ServerCore) -> dict[str, int]:
+    """The LEFTOVER_TABLES not empty, and their sizes."""
+    kept = {}
+    for owner_name, names in LEFTOVER_TABLES.items():
+        owner = getattr(core, owner_name) if owner_name else core
+        if owner is None:
+            continue
+        for name in names:
+            assert hasattr(owner, name), f"the core has no {owner_name}.{name}: see LEFTOVER_TABLES"
+            if size := len(getattr(owner, name)):
+                kept[f"{owner_name}.{name}" if owner_name else name] = size
+    return kept
+
+
 def event_sequences(prelude: int, steps: list[tuple[float, tuple[Any, ...]]]) -> None:
     """Any event sequence: actions, or `LocalProtocolError` (then the core is done with)."""
     w = World()
@@ -1334,6 +1377,13 @@ def event_sequences(prelude: int, steps: list[tuple[float, tuple[Any, ...]]]) ->
         unanswered = [(conn, msg_id, method) for (conn, msg_id), method in w.asked.items()
                       if (conn, msg_id) not in w.answered and conn not in w.closing]
         assert not unanswered, f"never answered, though the adapter did its part: {unanswered}"
+        for event in wind_down(w):
+            fed.append(event)
+            w.feed(event)
+        w.run_out_timers(100)
+        assert w.core.next_deadline() is None, "time passed, and something still waits on it"
+        kept = leftovers(w.core)
+        assert not kept, f"every client gone and every process over, the core still holds {kept}"
     except LocalProtocolError:
         return  # the adapter's mistake, reported as such; the core is unusable now
     except BaseException as exc:

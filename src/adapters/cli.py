@@ -18,12 +18,12 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, NoReturn, cast
 
 from execproto import Config
 
 from ._command import _auth_flags, _logs
+from ._command._args import file_path
 from ._command._errors import UsageError, plain
 
 # --adapter name -> module (relative to this package) with a `run(listen, **options)`.
@@ -180,10 +180,10 @@ def _parser(exec_options: bool = True, forward_options: bool = True,
     serve.add_argument("--listen", default="ws://127.0.0.1:0", metavar="ADDRESS",
                        help="ws://IP:PORT, wss://IP:PORT (TLS; port 0 picks a free one) or "
                             "stdio (default %(default)s)")
-    serve.add_argument("--tls-cert", type=Path, metavar="FILE",
+    serve.add_argument("--tls-cert", type=file_path, metavar="FILE",
                        help="with wss://: the server's certificate chain, PEM (read again, "
                             "with the key, when either file changes and at SIGHUP)")
-    serve.add_argument("--tls-key", type=Path, metavar="FILE",
+    serve.add_argument("--tls-key", type=file_path, metavar="FILE",
                        help="with wss://: the certificate's private key, PEM, unencrypted")
     serve.add_argument("--adapter", choices=list(ADAPTERS), default="asyncio",
                        help="the event loop to run on (default %(default)s)")
@@ -256,7 +256,7 @@ def _parser(exec_options: bool = True, forward_options: bool = True,
                             "then stop), so a server started on a pipe ends with its parent; "
                             "for a websocket listener (with --listen stdio, stdin is the "
                             "connection, and its end stops the server already)")
-    serve.add_argument("--trace", type=Path, metavar="FILE",
+    serve.add_argument("--trace", type=file_path, metavar="FILE",
                        help="record every step of the server's core to this new file, for "
                             "execproto replay")
     serve.add_argument("--trace-redact", action="store_true",
@@ -286,7 +286,7 @@ def _parser(exec_options: bool = True, forward_options: bool = True,
     rerun = commands.add_parser("replay", help="replay a trace and report the first divergence",
                                 description=REPLAY,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    rerun.add_argument("trace", type=Path, help="a file written by execproto serve --trace")
+    rerun.add_argument("trace", type=file_path, help="a file written by execproto serve --trace")
     add_logging(rerun, "WARNING")
     parser.commands = dict(commands.choices)
     return parser

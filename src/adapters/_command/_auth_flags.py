@@ -21,11 +21,15 @@ secret takes effect without a restart.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._wire._auth import DEFAULT_SKEW, MIN_SECRET, Authenticator, CapabilityToken, sha256_hex
 from .._wire._token import read_secret as read_secret_text
+from ._args import file_path
 from ._errors import UsageError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CAPABILITY, SIGNED = "capability-token", "signed-bearer-token"
 MODES = (CAPABILITY, SIGNED)
@@ -67,13 +71,13 @@ def add_flags(serve: argparse.ArgumentParser) -> None:
                             "--auth-token-sha256), or signed-bearer-token, an HS256 JWT signed "
                             "with --auth-shared-secret-file; may be left out when those flags "
                             "say which (without any: no token, loopback only)")
-    serve.add_argument("--auth-token-file", type=Path, metavar="FILE",
+    serve.add_argument("--auth-token-file", type=file_path, metavar="FILE",
                        help="require 'Authorization: Bearer <token>' with the token in this "
                             "file (read again when it changes and at SIGHUP)")
     serve.add_argument("--auth-token-sha256", metavar="HEX",
                        help="require a bearer token whose SHA-256 is HEX (64 hex digits): the "
                             "host never holds the token itself")
-    serve.add_argument("--auth-shared-secret-file", type=Path, metavar="FILE",
+    serve.add_argument("--auth-shared-secret-file", type=file_path, metavar="FILE",
                        help=f"signed-bearer-token: the secret tokens are signed with, "
                             f"{MIN_SECRET} bytes or more (read again when it changes and at "
                             "SIGHUP); a token must be HS256 and carry exp")

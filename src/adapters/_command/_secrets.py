@@ -25,9 +25,12 @@ import os
 import posixpath
 import stat
 from collections.abc import Iterable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._system import readlink
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 VOLUME = "..data"  # the link a Kubernetes volume's atomic writer swaps at each update
 

@@ -13,7 +13,6 @@ import importlib
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from execproto import Config
@@ -23,6 +22,8 @@ from . import _auth_flags, _own_files, _secrets
 from ._errors import UsageError, leaves, plain
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .._wire._auth import Authenticator
     from .._wire._listen import Listen
     from .._wire._tls import CertFiles
@@ -58,7 +59,7 @@ def check(
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     for root in args.fs_root:
-        if not Path(root).is_dir():
+        if not os.path.isdir(root):
             raise UsageError(f"--fs-root {root} is not a directory")
     if args.trace_redact and args.trace is None:
         raise UsageError("--trace-redact needs --trace FILE")

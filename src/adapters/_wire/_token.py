@@ -15,7 +15,10 @@ import logging
 import os
 import stat
 from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 log = logging.getLogger("execproto")
 

@@ -63,6 +63,7 @@ from execproto import (
     EndSession,
     Event,
     Finalize,
+    FinalizeFailed,
     FsCompleted,
     Host,
     HttpBodyReceived,
@@ -85,10 +86,12 @@ from execproto import (
     Signal,
     Spawn,
     SpawnFailed,
+    StdinWritten,
     StreamClosed,
     Tick,
     Unwatch,
     WatchMissing,
+    WriteStdin,
 )
 from execproto._methods import METHODS
 from execproto.actions import CloseForward, OpenForward, PauseForward, ResumeForward, WriteForward
@@ -200,10 +203,12 @@ class World:
         "watches",
         "live_watches",
         "ended",
+        "calls",
         "asked",
         "answered",
         "closing",
         "eofs",
+        "stdin",
     )
 
     def __init__(self) -> None:
@@ -231,10 +236,12 @@ class World:
         self.live_watches: set[int] = set()  # neither fired nor unwatched
         self.ended: set[str] = set()  # sessions an EndSession was for
         # Requests the sequences sent (`request_frame`): (conn, id) -> method; and answered.
+        self.calls = 0
         self.asked: dict[tuple[int, Any], str] = {}
         self.answered: set[tuple[int, Any]] = set()
         self.closing: set[int] = set()  # open connections the core asked the adapter to close
         self.eofs: set[tuple[int, str]] = set()  # (proc, stream) reported closed
+        self.stdin: dict[int, int] = {}  # proc -> stdin bytes asked written, not yet reported
 
     def mint(self) -> str:
         self.minted += 1
@@ -263,6 +270,11 @@ class World:
             self.reported.add(event.proc)
         elif isinstance(event, ProcessExited):
             self.exited.add(event.proc)
+            self.stdin.pop(event.proc, None)  # what was queued no longer counts
+        elif isinstance(event, StdinWritten):
+            queued = self.stdin.pop(event.proc, 0) - event.size
+            if queued and not event.closed:
+                self.stdin[event.proc] = queued
         elif isinstance(event, StreamClosed):
             self.eofs.add((event.proc, event.stream))
         else:
@@ -310,7 +322,8 @@ class World:
         SEQUENCE_ANSWERS[method, "sent"] += 1
         if method == "initialized":  # the one notification
             return encode({"jsonrpc": "2.0", "method": method, "params": params})
-        msg_id = f"call-{len(self.asked) + 1}"
+        self.calls += 1
+        msg_id = f"call-{self.calls}"
         self.asked[conn, msg_id] = method
         return request(msg_id, method, params)
 
@@ -374,6 +387,9 @@ class World:
                 self.ended.add(action.session_id)
             elif isinstance(action, (CancelHttp, *FORWARD_ACTIONS)):
                 self.check_family_action(action)
+            elif isinstance(action, WriteStdin):
+                assert action.proc in self.reported and action.proc not in self.exited, action
+                self.stdin[action.proc] = self.stdin.get(action.proc, 0) + len(action.data)
             elif isinstance(action, Finalize):
                 assert action.proc in self.spawned, f"Finalize without Spawn: {action!r}"
                 assert action.proc not in self.finalized, f"Finalize twice: {action!r}"
@@ -993,6 +1009,14 @@ def pick_stream_in(w: World, k: int, *phases: str) -> int:
     return pick_in(sorted(w.ever_streams), chosen, k)
 
 
+def _stdin_written(w: World, k: int, part: int, closed: bool) -> list[Event]:
+    """Some of what was asked written to a process's stdin (or, ``closed``, the process closed
+    its end and the rest was dropped)."""
+    proc = pick_in(w.procs, sorted(w.stdin), k)
+    size = w.stdin.get(proc, 0) // (part + 1)
+    return [StdinWritten(proc=proc, size=size, closed=closed)]
+
+
 def _forward_written(w: World, k: int, part: int) -> list[Event]:
     """Some of what was asked written to an open stream's target: all of it, or a part."""
     waiting = [s for s, phase in w.forwards.items() if phase != CONNECTING and w.backlog[s]]
@@ -1095,6 +1119,10 @@ RESOLVE: dict[str, Callable[..., list[Event]]] = {
     ],
     "forward_ended": lambda w, k: [ForwardEnded(stream=pick_stream_in(w, k, OPEN))],
     "forward_written": _forward_written,
+    "stdin_written": _stdin_written,
+    "finalize_failed": lambda w, k: [
+        FinalizeFailed(proc=pick_in(w.procs, sorted(w.finalized), k), error="EBUSY")
+    ],
     "tick": lambda w: [Tick()],
 }
 # The server stopping. Rare (its step is drawn rarely, and then one in four stops the server),
@@ -1237,6 +1265,9 @@ STEPS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
     "forward_received": _step("forward_received", HANDLE, st.binary(max_size=16)),
     "forward_ended": _step("forward_ended", HANDLE),
     "forward_written": _step("forward_written", HANDLE, st.integers(0, 2)),
+    "stdin_written": _step("stdin_written", HANDLE, st.integers(0, 2),
+                           st.sampled_from([False, False, False, True])),
+    "finalize_failed": _step("finalize_failed", HANDLE),
     "tick": _step("tick"),
 }
 if Shutdown is not None:
@@ -1264,10 +1295,11 @@ def _call(w: World, conn: int, method: str, params: dict[str, Any]) -> list[Acti
 
 def event_prelude(w: World, level: int) -> None:
     """Level 1: conn 1 handshaken, "p" starting (proc 1). Level 2: also spawned, with output, a
-    long-poll read pending, and conn 2 handshaken. Level 3: also, on conn 2, a call of every
-    other family under way: fs handles "h" (to read) and "i" (to write) open, forward stream 1
-    connected, a streamed http response begun ("r"), a watch watching, a file read waiting for
-    the adapter. Short sequences then start deep."""
+    long-poll read pending, and conn 2 handshaken. Level 3: also stdin written to "p" and not
+    yet reported, and on conn 2 a call of every other family under way: fs handles "h" (to
+    read) and "i" (to write) open, forward stream 1 connected, a streamed http response begun
+    ("r"), a watch watching, a file read waiting for the adapter. Short sequences then start
+    deep."""
     if level == 0:
         return
     w.feed(ConnectionOpened(conn=1, session_id=w.mint()))
@@ -1285,6 +1317,7 @@ def event_prelude(w: World, level: int) -> None:
     w.feed(MessageReceived(conn=2, data=INITIALIZED))
     if level == 2:
         return
+    _call(w, 1, "process/write", {"processId": "p", "chunk": "aGk=", "writeId": "0"})
     _call(w, 2, "fs/open", {"handleId": "h", "path": "file:///x"})
     w.feed(FsCompleted(op=w.ops[-1], result={}))
     _call(w, 2, "fs/open", {"handleId": "i", "path": "file:///y", "mode": "replace"})

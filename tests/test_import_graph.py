@@ -27,10 +27,13 @@ TYPE_ONLY_CIRCLES = frozenset({
     frozenset({"execproto._clientside._client", "execproto._clientside._client_calls",
                "execproto._clientside._client_tracks"}),
     frozenset({"execproto._lifecycle", "execproto._process", "execproto._session"}),
-    # events and actions name for mypy forwarding's and http's classes, which they find at run
-    # time, at their first use (PEP 562), in the modules that subclass their Event and Action
-    frozenset({"execproto._forward_events", "execproto._http_events", "execproto.events"}),
-    frozenset({"execproto._forward_actions", "execproto._http_actions", "execproto.actions"}),
+    # events and actions name for mypy the file calls', forwarding's and http's classes, which
+    # they find at run time, at their first use (PEP 562), in the modules that subclass their
+    # Event and Action
+    frozenset({"execproto._forward_events", "execproto._fs_events", "execproto._http_events",
+               "execproto.events"}),
+    frozenset({"execproto._forward_actions", "execproto._fs_actions", "execproto._http_actions",
+               "execproto.actions"}),
     frozenset({"execproto.adapters._client._client_process", "execproto.adapters.client"}),
     frozenset({"execproto.adapters._wire._connections", "execproto.adapters._wire._peer"}),
 })

@@ -135,8 +135,9 @@ _WHERE = {name: module for module, names in {
 # `ProcessExited`), `Closed` and `Exited` would read as one family. Import them from there.
 _COMPATIBLE = ("Closed", "Exited", "Failure", "HandshakeFailed", "HttpBodyDelta", "Output",
                "OutputLost", "Ready", "Response", "ServerMisbehaved", "SessionLost")
-# The public submodules, as `execproto.actions` was an attribute once anything was imported.
-_SUBMODULES = ("actions", "client_events", "events")
+# The public submodules, as `execproto.actions` was an attribute once anything was imported
+# (`fs`: the file calls' requests, which `RunFs` carries).
+_SUBMODULES = ("actions", "client_events", "events", "fs")
 
 __all__ = [
     "CONNECTION_LOST",

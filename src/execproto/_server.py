@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from . import _descriptors, _fs_params, _host_params, _jsonrpc, _params, _shares
+from . import _descriptors, _host_params, _jsonrpc, _params, _shares
 from ._config import Config, Host, announced_environment, inherited_environment
 from ._errors import (
     INTERNAL_ERROR,
@@ -27,20 +27,17 @@ from ._lifecycle import Do, SessionInput, Timer, may_hold
 from ._processes import ProcessHandlers
 from ._proxying import ProxyHandlers
 from ._records import Record
-from ._services import parse_fs
+from ._services import ServiceHandlers
 from ._session import Connection, Greeting, Handshake, Session
 from ._stats import Stats
-from ._watches import WatchHandlers
-from .actions import Action, CloseCode, CloseConnection, EndSession, FsRequest
+from .actions import Action, CloseCode, CloseConnection, EndSession
 from .events import (
     ConnectionClosed,
     ConnectionOpened,
     Drain,
     Event,
     FinalizeFailed,
-    FsCompleted,
     MessageReceived,
-    MissingChanged,
     OutputReceived,
     ProcessExited,
     ProcessSpawned,
@@ -56,6 +53,7 @@ from .events import (
 
 if TYPE_CHECKING:
     from ._forwards import Forwarding
+    from ._fs_service import FsService
     from ._http_service import HttpService
 
 Handler = Callable[[Connection, Session, Id, Any], None]
@@ -70,15 +68,6 @@ class Method(Record):
 
     parse: Callable[[Any], Any]
     run: Handler
-
-
-def _fs_method(name: str, run: Handler) -> Method:
-    return Method(lambda raw: parse_fs(name, raw), run)
-
-
-def _host_method(name: str, parse: Callable[[Any], Any], run: Handler) -> Method:
-    """A call about the executor's own setup: blocking file reads, so run as one."""
-    return Method(lambda raw: (FsRequest(method=name, params=parse(raw)), None), run)
 
 
 def _category(method: str) -> str:
@@ -98,7 +87,12 @@ def _extensions() -> tuple[str, ...]:
     return tuple(name for name, info in METHODS.items() if info.origin == EXTENSION)
 
 
-_FS_METHODS = (
+# Bytes a message may have before the connection's initialize: its own is a few hundred.
+MAX_BEFORE_INITIALIZE = 64 << 10
+
+FORWARD_METHODS = ("forward/open", "forward/write", "forward/ack", "forward/close")
+# The file calls: the fs methods, and the reads about the executor's own setup.
+FS_METHODS = (
     "fs/readFile",
     "fs/writeFile",
     "fs/createDirectory",
@@ -112,17 +106,17 @@ _FS_METHODS = (
     "fs/readBlock",
     "fs/writeBlock",
     "fs/close",
+    "fs/watchMissing",
+    "environmentConfig/read",
+    "capabilities/discoverV2",
+    "capabilityRoots/discoverV1",
 )
-
-# Bytes a message may have before the connection's initialize: its own is a few hundred.
-MAX_BEFORE_INITIALIZE = 64 << 10
-
-FORWARD_METHODS = ("forward/open", "forward/write", "forward/ack", "forward/close")
-# The families few clients use: forwarding and http/request. Each is made at its first call, or
-# at its first event (a replayed trace's), when its handlers (`_forwards`, `_http_service`) and
-# the classes of its events and actions are loaded: by family, its methods and the module of
-# its events.
+# The families few clients use: the file calls, forwarding and http/request. Each is made at
+# its first call, or at its first event (a replayed trace's), when its handlers
+# (`_fs_service`, `_forwards`, `_http_service`) and the classes of its events and actions are
+# loaded: by family, its methods and the module of its events.
 LATER: dict[str, tuple[tuple[str, ...], str]] = {
+    "fs": (FS_METHODS, "._fs_events"),
     "forwards": (FORWARD_METHODS, "._forward_events"),
     "http": (("http/request",), "._http_events"),
 }
@@ -140,7 +134,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
+class ServerCore(ProcessHandlers, ServiceHandlers, ProxyHandlers):
     """The exec-server protocol. Drive it with `handle`; sleep until `next_deadline`."""
 
     def __init__(self, config: Config | None = None, host: Host | None = None) -> None:
@@ -154,6 +148,7 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
         self._shutting_down = False
         self._error: BaseException | None = None
         # The `LATER` families, made at their first need (`_later`).
+        self._fs: FsService | None = None
         self._forwarding: Forwarding | None = None
         self._http: HttpService | None = None
         # The reference checks of the events of a family made later (forwarding's).
@@ -171,8 +166,6 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
             StdinWritten: self._on_stdin_written,
             ProcessExited: self._on_exited,
             FinalizeFailed: self._on_finalize_failed,
-            FsCompleted: self._on_fs_completed,
-            MissingChanged: self._on_missing_changed,
             Shutdown: self._on_shutdown,
             Drain: self._on_drain,
             ProxyAsked: self._on_proxy_asked,
@@ -189,15 +182,6 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
             "environment/info": Method(_host_params.unit, self._environment_info),
             "environment/status": Method(_host_params.unit, self._environment_status),
             "session/end": Method(_host_params.unit, self._session_end),
-            **{name: _fs_method(name, self._fs_run) for name in _FS_METHODS},
-            "fs/watchMissing": Method(_fs_params.watch_missing,
-                                      self._watch_missing),
-            "environmentConfig/read": _host_method(
-                "environmentConfig/read", _host_params.config_read, self._fs_run),
-            "capabilities/discoverV2": _host_method(
-                "capabilities/discoverV2", _host_params.discover_v2, self._fs_run),
-            "capabilityRoots/discoverV1": _host_method(
-                "capabilityRoots/discoverV1", _host_params.discover_v1, self._fs_run),
         }
         # Counted by method (these, the `LATER` families', initialize, or "other"): `_stats`.
         self.stats = Stats(frozenset(self._methods) | {*_FAMILY_OF_METHOD, "initialize"})
@@ -272,7 +256,14 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
     def _later(self, family: str) -> None:
         """Make the `LATER` family ``family`` if it was not yet: its module, events and actions
         are loaded now, and its methods and event handlers join the core's."""
-        if family == "forwards" and self._forwarding is None:
+        if family == "fs" and self._fs is None:
+            from ._fs_service import FsService
+
+            fs = self._fs = FsService(self)
+            self._event_handlers.update(fs.event_handlers())
+            self._methods.update({name: Method(parse, run)
+                                  for name, (parse, run) in fs.methods().items()})
+        elif family == "forwards" and self._forwarding is None:
             from ._forwards import Forwarding
 
             forwarding = self._forwarding = Forwarding(self)
@@ -420,7 +411,8 @@ class ServerCore(ProcessHandlers, WatchHandlers, ProxyHandlers):
         for read in list(c.reads.values()):
             self._cancel_read(read)
         self._drop_ops(c)
-        self._connection_watches_closed(c)
+        if self._fs is not None:
+            self._fs.closed(c)
         self._asks_closed(c.conn)
         if self._forwarding is not None:
             self._forwarding.closed(c.conn)

@@ -24,6 +24,8 @@ import attrs
 from . import (
     _forward_actions,
     _forward_events,
+    _fs_actions,
+    _fs_events,
     _http_actions,
     _http_events,
     _netproxy,
@@ -31,6 +33,7 @@ from . import (
     _snapshot,
     actions,
     events,
+    fs,
 )
 from ._config import Config, Host
 from ._errors import LocalProtocolError, RpcError
@@ -45,8 +48,8 @@ VERSION = 1
 
 _TYPES: dict[str, type] = {
     cls.__name__: cls
-    for module in (events, actions, _forward_events, _forward_actions, _http_events,
-                   _http_actions, _policy, _netproxy, _snapshot)
+    for module in (events, actions, _fs_events, _fs_actions, fs, _forward_events,
+                   _forward_actions, _http_events, _http_actions, _policy, _netproxy, _snapshot)
     for cls in vars(module).values()
     if isinstance(cls, type) and attrs.has(cls)
 }

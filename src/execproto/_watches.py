@@ -11,62 +11,68 @@ notification never reaches a closed connection or a client that moved on to anot
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import _fs_params
 from ._errors import LocalProtocolError
+from ._fs_actions import Unwatch, WatchMissing
+from ._fs_events import MissingChanged
 from ._jsonrpc import Id, encode_notification
 from ._policy import narrow
-from ._services import ServiceHandlers, _Op
+from ._services import _Op
 from ._session import Connection, Session
-from .actions import FsRequest, Send, Unwatch, WatchMissing
-from .events import MissingChanged
+from .actions import Send
+from .fs import Watch
+
+if TYPE_CHECKING:
+    from ._services import ServiceHandlers
 
 
-class WatchHandlers(ServiceHandlers):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+class Watches:
+    """The watches of one core's connections (part of its fs family, `_fs_service`)."""
+
+    def __init__(self, core: ServiceHandlers) -> None:
+        self.core = core
         self._watch_of: dict[int, tuple[int, int]] = {}  # conn -> (watch, client's watchId)
         self._next_watch = 1
         self._last_id: dict[int, int] = {}  # conn -> the highest watchId it sent
 
-    def _watch_missing(
-        self, c: Connection, session: Session, msg_id: Id, params: dict[str, Any]
-    ) -> None:
-        _fs_params.watch_limit(params)
+    def watch_missing(self, c: Connection, session: Session, msg_id: Id, request: Watch) -> None:
+        _fs_params.watch_limit(request)
+        core = self.core
         last = self._last_id.get(c.conn)
-        if last is not None and params["watchId"] <= last:
-            self._respond(c.conn, msg_id, {"watching": False})
+        if last is not None and request.watch_id <= last:
+            core._respond(c.conn, msg_id, {"watching": False})
             return
-        self._last_id[c.conn] = params["watchId"]
+        self._last_id[c.conn] = request.watch_id
         self._drop_watch(c)
-        if not params["missing"]:
-            self._respond(c.conn, msg_id, {"watching": False})
+        if not request.missing:
+            core._respond(c.conn, msg_id, {"watching": False})
             return
         watch = self._next_watch
         self._next_watch += 1
-        self._watch_of[c.conn] = (watch, params["watchId"])
-        op = self._take_op()
-        request = FsRequest(method="fs/watchMissing", params=params)
-        self._ops[op] = _Op(c.conn, msg_id, request)
+        self._watch_of[c.conn] = (watch, request.watch_id)
+        op = core._take_op()
+        core._ops[op] = _Op(c.conn, msg_id, request)
         c.ops.add(op)
-        self._emit(WatchMissing(op=op, watch=watch, missing=params["missing"],
-                                present=params["present"],
-                                sandbox=narrow(self.config.floor, None, self.config.secrets,
-                                               self.config.protected)))
+        config = core.config
+        core._emit(WatchMissing(op=op, watch=watch, missing=request.missing,
+                                present=request.present,
+                                sandbox=narrow(config.floor, None, config.secrets,
+                                               config.protected)))
 
-    def _on_missing_changed(self, event: MissingChanged) -> None:
+    def changed(self, event: MissingChanged) -> None:
         if not 0 < event.watch < self._next_watch:
             raise LocalProtocolError(f"watch {event.watch} was never issued")
         for conn, (watch, watch_id) in self._watch_of.items():
             if watch == event.watch:
                 del self._watch_of[conn]
                 notification = encode_notification("fs/missingChanged", {"watchId": watch_id})
-                self._emit(Send(conn=conn, data=notification))
+                self.core._emit(Send(conn=conn, data=notification))
                 return
         # Otherwise it was replaced or its connection closed while the adapter had it queued.
 
-    def _connection_watches_closed(self, c: Connection) -> None:
+    def closed(self, c: Connection) -> None:
         self._drop_watch(c)
         self._last_id.pop(c.conn, None)
 
@@ -74,4 +80,4 @@ class WatchHandlers(ServiceHandlers):
         """End the connection's watch, if it has one."""
         current = self._watch_of.pop(c.conn, None)
         if current is not None:
-            self._emit(Unwatch(watch=current[0]))
+            self.core._emit(Unwatch(watch=current[0]))

@@ -1,15 +1,16 @@
 """Actions: what the adapter must do, in the order `ServerCore.handle` returns them.
 
 Every action is an instance of a subclass of `Action`; `ACTION_TYPES` lists them all, in the
-order they are defined here (forwarding's last, from `_forward_actions`, made at their first
-use), and is derived from the classes. `SpawnSpec`, `FsRequest` and
+order they are defined here (then those of the families made at their first use: the file
+calls', `_fs_actions`, forwarding's, `_forward_actions`, and http's), and is derived from the
+classes. `SpawnSpec`, `FsRequest` and
 `HttpRequest` are not actions but what `Spawn`, `RunFs` and `RunHttp` carry.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
@@ -236,64 +237,11 @@ class EndSession(Action):
     ended: bool = False  # by its client (``session/end``), not at its TTL
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class FsRequest(Record):
-    """A validated filesystem call. Paths are native; ``params`` holds the method's own fields.
-
-    ``sandbox``: the policy the call must stay within (the client's, narrowed by the
-    operator's floor), or None for none. Reading where it denies is refused with EACCES,
-    writing where it does not grant write with EROFS, as a sandboxed process would see.
-    """
-
-    method: str
-    params: Any
-    sandbox: Policy | None = None
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class RunFs(Action):
-    """Run a blocking filesystem call off the event loop; answer with `FsCompleted`.
-
-    Besides ``fs/*``, ``request.method`` may be ``environmentConfig/read``,
-    ``capabilities/discoverV2`` or ``capabilityRoots/discoverV1``: file reads about the
-    executor's own setup, blocking in the same way.
-
-    ``conn`` scopes ``fs/open`` handles; the adapter closes a connection's handles when it closes.
-    """
-
-    op: int
-    conn: int
-    request: FsRequest
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class WatchMissing(Action):
-    """Watch for any of ``missing`` to appear (or ``present`` to go); answer with `FsCompleted`
-    for ``op``: ``{"watching": true}`` when every missing path is absent and ``present`` (if
-    any) exists, else ``{"watching": false}`` and nothing more. A watch that holds reports
-    `MissingChanged` once, for ``watch``, and is then over. Paths are native.
-
-    ``sandbox``: the operator's floor (the call carries no sandbox of its own). A path outside
-    what it and ``--fs-root`` allow is refused; one that leads outside through a symlink counts
-    as missing, so a watch tells nothing about what exists out there."""
-
-    op: int
-    watch: int
-    missing: tuple[str, ...]
-    present: str | None
-    sandbox: Policy | None = None
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class Unwatch(Action):
-    """Stop the watch (replaced, or its connection closed). Harmless if it already fired."""
-
-    watch: int
-
-
 # The actions of the families few clients use are made at their first use, as their events
 # are (see `events`): each is found in its module when it is first asked for here.
 _LATER = {
+    **dict.fromkeys(("RunFs", "Unwatch", "WatchMissing"), "_fs_actions"),
+    "FsRequest": "fs",
     **dict.fromkeys(("CloseForward", "ForwardRoute", "OpenForward", "PauseForward",
                      "ResumeForward", "WriteForward"), "_forward_actions"),
     **dict.fromkeys(("CancelHttp", "HttpRequest", "RunHttp"), "_http_actions"),
@@ -306,9 +254,13 @@ if TYPE_CHECKING:
     from ._forward_actions import PauseForward as PauseForward
     from ._forward_actions import ResumeForward as ResumeForward
     from ._forward_actions import WriteForward as WriteForward
+    from ._fs_actions import RunFs as RunFs
+    from ._fs_actions import Unwatch as Unwatch
+    from ._fs_actions import WatchMissing as WatchMissing
     from ._http_actions import CancelHttp as CancelHttp
     from ._http_actions import HttpRequest as HttpRequest
     from ._http_actions import RunHttp as RunHttp
+    from .fs import FsRequest as FsRequest
 
     # Every action class: those defined above, then those made later.
     ACTION_TYPES: tuple[type[Action], ...]

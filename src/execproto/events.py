@@ -1,8 +1,9 @@
 """Events: what happened, reported by an adapter to `ServerCore.handle`.
 
 Every event is an instance of a subclass of `Event`; `EVENT_TYPES` lists them all, in the order
-they are defined here (forwarding's last: they live in `_forward_events`, made at their first
-use), and is derived from the classes, so adding an event is adding its class.
+they are defined here (then those of the families made at their first use: the file calls',
+`_fs_events`, forwarding's, `_forward_events`, and http's), and is derived from the classes, so
+adding an event is adding its class.
 `ServerCore.handle` refuses anything else with `LocalProtocolError`.
 
 Handles: ``conn`` is chosen by the adapter (any int unique among its open connections); ``proc``
@@ -11,11 +12,10 @@ and ``op`` are chosen by the core, in `Spawn`, `RunFs` and `RunHttp` actions, an
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
-from ._errors import RpcError
 from ._records import Record, later_names
 
 __all__ = [
@@ -209,24 +209,6 @@ class Encoded(Record):
     text: str
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class FsCompleted(Event):
-    """A `RunFs` call (or a `WatchMissing` watch's first check) is done: its ``result``, the
-    method's JSON result (or an `Encoded` one), or its ``error``, answered to the client as
-    it is."""
-
-    op: int
-    result: Any = None
-    error: RpcError | None = None
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
-class MissingChanged(Event):
-    """A `WatchMissing` watch saw a missing path appear (or its present path go)."""
-
-    watch: int
-
-
 @attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
 class ProxyAsked(Event):
     """Process ``proc``'s managed network proxy was asked for a connection (``question``: what
@@ -263,10 +245,11 @@ class Tick(Event):
     """A deadline from `ServerCore.next_deadline` may have passed. Harmless at any time."""
 
 
-# The events of the families few clients use (forwarding, execproto's extension, and
-# http/request) are made at their first use, not at every start: each is found in its module
-# when it is first asked for here.
+# The events of the families few clients use (forwarding, execproto's extension, http/request
+# and the file calls) are made at their first use, not at every start: each is found in its
+# module when it is first asked for here.
 _LATER = {
+    **dict.fromkeys(("FsCompleted", "MissingChanged"), "_fs_events"),
     **dict.fromkeys(("ForwardConnected", "ForwardEnded", "ForwardFailed", "ForwardReceived",
                      "ForwardUnrouted", "ForwardWritten"), "_forward_events"),
     **dict.fromkeys(("HttpBodyReceived", "HttpFinished", "HttpResponded"), "_http_events"),
@@ -279,6 +262,8 @@ if TYPE_CHECKING:
     from ._forward_events import ForwardReceived as ForwardReceived
     from ._forward_events import ForwardUnrouted as ForwardUnrouted
     from ._forward_events import ForwardWritten as ForwardWritten
+    from ._fs_events import FsCompleted as FsCompleted
+    from ._fs_events import MissingChanged as MissingChanged
     from ._http_events import HttpBodyReceived as HttpBodyReceived
     from ._http_events import HttpFinished as HttpFinished
     from ._http_events import HttpResponded as HttpResponded

@@ -28,8 +28,10 @@ NOT_FOR_SERVING = (
 # Nor what only some requests need, imported at the first of them: the managed proxy's room,
 # its policy, parameters and credential masking, http/request's and forwarding's rooms, their
 # handlers, events and actions in the core and forwarding's parameters, a trace's recorder, the
-# host's skills, TOML (environmentConfig/read), fs/copy and the shell snapshots' room and
-# parser; nor `uuid` (a session's id is made from os.urandom).
+# file calls (their handlers, parsers, requests, events and actions in the core, and the files
+# room: the calls, walks, watches, confinement), the host's skills, TOML
+# (environmentConfig/read), fs/copy and the shell snapshots' room and parser; nor `uuid` (a
+# session's id is made from os.urandom).
 NOT_UNTIL_ASKED = (
     "execproto.adapters._proxy._room", "execproto._netproxy", "execproto._netproxy_params",
     "execproto._credentials", "execproto.adapters._proxy._masking", "execproto._snapshot",
@@ -38,6 +40,12 @@ NOT_UNTIL_ASKED = (
     "execproto._forward_stream", "execproto._forward_events", "execproto._forward_actions",
     "execproto._http_service", "execproto._http_events", "execproto._http_actions",
     "execproto._trace",
+    "execproto.fs", "execproto._fs_params", "execproto._fs_service", "execproto._watches",
+    "execproto._fs_events", "execproto._fs_actions", "execproto.adapters._files._fs_calls",
+    "execproto.adapters._files._calls", "execproto.adapters._files._walk",
+    "execproto.adapters._files._watch", "execproto.adapters._files._beneath",
+    "execproto.adapters._files._opening", "execproto.adapters._files._caps",
+    "execproto.adapters._files._view",
     "execproto.adapters._files._skills", "execproto.adapters._files._copy", "tomllib",
     "execproto.adapters._processes._snapshots", "uuid",
 )

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,6 +22,7 @@ from execproto.adapters._files import _beneath, _fs_calls
 from execproto.adapters._files._beneath import Exhausted, Scope
 from execproto.adapters._files._fs_calls import Weighed
 from execproto.adapters._files._walk import walk
+from execproto.fs import Walk
 
 
 def _scope(patterns: int) -> Scope:
@@ -38,21 +38,21 @@ def _tree(base: Path) -> Path:
     return base
 
 
-def _walk_params() -> dict[str, Any]:
-    return {"follow": False, "pruneHidden": False, "maxDepth": 64, "maxDirectories": 10_000,
-            "maxEntries": 50_000}
+def _walk_params(root: str) -> Walk:
+    return Walk(path=root, follow=False, prune_hidden=False, max_depth=64,
+                max_directories=10_000, max_entries=50_000)
 
 
 def test_the_time_budget_stops_a_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trees = _tree(tmp_path)
-    assert len(walk(str(trees), _walk_params(), _scope(250)).text) > 1000  # within 10 s: whole
+    assert len(walk(_walk_params(str(trees)), _scope(250)).text) > 1000  # within 10 s: whole
     monkeypatch.setattr(_beneath, "CALL_SECONDS", 0.0)  # spent at once: stopped at a child
     with pytest.raises(Exhausted) as stopped:
-        walk(str(trees), _walk_params(), _scope(250))
+        walk(_walk_params(str(trees)), _scope(250))
     assert stopped.value.error.code == INVALID_REQUEST
     assert "time budget of 0 s of processor time" in stopped.value.error.message
     with pytest.raises(Exhausted):  # without deny patterns too: a walk's loop looks
-        walk(str(trees), _walk_params(), Scope().budgeted())
+        walk(_walk_params(str(trees)), Scope().budgeted())
     # A recursive remove's or copy's check of the tree, the same way (nothing touched yet).
     fd = os.open(trees, os.O_RDONLY | os.O_DIRECTORY)
     try:

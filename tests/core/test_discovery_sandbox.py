@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from execproto import RunFs
+from execproto.fs import DiscoverRoots, DiscoverSkills
 
 from .harness import Harness
 
@@ -27,17 +28,19 @@ def test_each_root_is_scanned_under_its_own_sandbox(h: Harness) -> None:
         {"id": "b", "path": "file:///r/b"},
     ]})
     [run] = h.of_type(RunFs)
-    first, second = run.request.params["roots"]
-    assert first["sandbox"].access("/r/a/secret") == "none"
-    assert first["sandbox"].access("/r/a/skills") == "read"
-    assert second["sandbox"] is None  # no floor: the server's own view
+    assert isinstance(run.request, DiscoverRoots)
+    first, second = run.request.roots
+    assert first.sandbox is not None
+    assert first.sandbox.access("/r/a/secret") == "none"
+    assert first.sandbox.access("/r/a/skills") == "read"
+    assert second.sandbox is None  # no floor: the server's own view
 
 
 def test_discover_v2_carries_its_sandbox_as_an_fs_call_does(h: Harness) -> None:
     h.request(1, "capabilities/discoverV2", {"cwd": "file:///w",
                                              "sandbox": sandbox(("/home/skills", "none"))})
     [run] = h.of_type(RunFs)
-    assert run.request.params == {"cwd": "/w"}
+    assert run.request == DiscoverSkills(cwd="/w", sandbox=run.request.sandbox)
     assert run.request.sandbox is not None
     assert run.request.sandbox.access("/home/skills/x") == "none"
 

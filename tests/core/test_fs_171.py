@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from execproto import FsCompleted, FsRequest, RpcError, RunFs
+from execproto import FsCompleted, RpcError, RunFs
+from execproto.fs import Open, Walk, WriteBlock
 
 from .harness import Harness, b64
 from .messages import missing, wrong
@@ -94,9 +95,10 @@ def test_walk_becomes_run_fs(h: Harness, options: Any) -> None:
     msg_id = h.request(1, "fs/walk", {"path": T + "/./x/..", "options": options, "junk": 1})
     (run,) = h.of_type(RunFs)
     assert run.request.method == "fs/walk"
-    p = run.request.params
-    assert p["path"] == "/tmp/t/./x/.."  # the adapter normalizes it
-    assert all(v in (0, 64, True, False) for v in (p["maxDepth"], p["follow"], p["pruneHidden"]))
+    p = run.request
+    assert isinstance(p, Walk)
+    assert p.path == "/tmp/t/./x/.."  # the adapter normalizes it
+    assert all(v in (0, 64, True, False) for v in (p.max_depth, p.follow, p.prune_hidden))
     result = {"entries": [], "errors": [], "truncated": False}
     h.feed(FsCompleted(op=run.op, result=result))
     assert h.response(1, msg_id) == {"jsonrpc": "2.0", "id": msg_id, "result": result}
@@ -105,9 +107,8 @@ def test_walk_becomes_run_fs(h: Harness, options: Any) -> None:
 def test_walk_options_defaults(h: Harness) -> None:
     h.request(1, "fs/walk", {"path": T, "options": OPTIONS})
     (run,) = h.of_type(RunFs)
-    assert run.request == FsRequest(method="fs/walk", params={
-        "path": "/tmp/t", "maxDepth": 1, "maxDirectories": 2, "maxEntries": 3, "follow": True,
-        "pruneHidden": False})
+    assert run.request == Walk(path="/tmp/t", max_depth=1, max_directories=2, max_entries=3,
+                               follow=True, prune_hidden=False)
 
 
 # -- fs/open's mode --------------------------------------------------------------------------
@@ -137,7 +138,7 @@ def test_open_mode_errors(h: Harness, mode: Any, message: str) -> None:
 def test_open_modes_reach_the_adapter(h: Harness, mode: Any, expected: str) -> None:
     h.request(1, "fs/open", {**OPEN, "mode": mode})
     (run,) = h.of_type(RunFs)
-    assert run.request.params == {"handleId": "h", "path": "/tmp/t", "mode": expected}
+    assert run.request == Open(handle_id="h", path="/tmp/t", mode=expected)
 
 
 # -- fs/writeBlock ---------------------------------------------------------------------------
@@ -178,8 +179,7 @@ def test_write_block_checks_length_then_handle_then_range(h: Harness) -> None:
         request_error(RANGE))
     h.request(1, "fs/writeBlock", {"handleId": "h", "offset": 2**63 - 2, "chunk": "YQ=="})
     run = h.of_type(RunFs)[-1]
-    assert run.request == FsRequest(method="fs/writeBlock", params={
-        "handleId": "h", "offset": 2**63 - 2, "data": b"a"})
+    assert run.request == WriteBlock(handle_id="h", offset=2**63 - 2, data=b"a")
     h.feed(FsCompleted(op=run.op, error=RpcError(-32603, "File too large (os error 27)")))
     assert h.messages(1)[-1]["error"] == {"code": -32603, "message": "File too large (os error 27)"}
 

@@ -6,6 +6,7 @@ import pytest
 
 from execproto import RunFs, Spawn
 from execproto._paths import PATH_MAX
+from execproto.fs import GetMetadata
 
 from .harness import Harness
 
@@ -43,7 +44,7 @@ def test_a_lone_surrogate_is_not_json_a_pair_is_a_character() -> None:
     assert answer["error"]["message"].endswith(": unexpected end of hex escape")
     h.send(1, '{"id": 8, "method": "fs/getMetadata", "params": {"path": "file:///\\ud83d\\ude00"}}')
     (run,) = h.of_type(RunFs)
-    assert run.request.params["path"] == "/\U0001f600"
+    assert run.request == GetMetadata(path="/\U0001f600")
     deep = '{"id": 9, "method": "x", "params": ' + "[" * 900 + '"\\ud800"' + "]" * 900 + "}"
     h.send(1, deep)  # answered, whatever the depth, never raised
     assert len([m for m in h.messages(1) if m.get("id") == -1]) == 2

@@ -11,7 +11,6 @@ from execproto import (
     CancelHttp,
     Config,
     FsCompleted,
-    FsRequest,
     Host,
     HttpBodyReceived,
     HttpFinished,
@@ -25,6 +24,8 @@ from execproto import (
     RunHttp,
     Send,
 )
+from execproto import fs as fs_requests
+from execproto.fs import Close, FsRequest, Open, ReadBlock
 
 from .harness import Harness, b64, unb64
 from .messages import (
@@ -201,27 +202,30 @@ FS_CASES = [
 ]
 
 
+# The request each fs method becomes, by its method's name.
+REQUEST_OF: dict[str, type[FsRequest]] = {
+    cls.method: cls for cls in vars(fs_requests).values()
+    if isinstance(cls, type) and issubclass(cls, FsRequest) and cls is not FsRequest
+}
+
+
 @pytest.mark.parametrize("method, params, expected", FS_CASES)
 def test_fs_methods_become_run_fs_with_native_paths(
     h: Harness, method: str, params: dict[str, Any], expected: dict[str, Any]
 ) -> None:
     _, run = fs(h, method, params)
-    assert run == RunFs(op=run.op, conn=1, request=FsRequest(method=method, params=expected))
+    assert run == RunFs(op=run.op, conn=1, request=REQUEST_OF[method](**expected))
 
 
 def test_fs_open_read_block_and_close_become_run_fs(h: Harness) -> None:
     open_run = open_handle(h, "h1")
-    assert open_run.request == FsRequest(
-        method="fs/open", params={"handleId": "h1", "path": "/tmp/f", "mode": "read"}
-    )
+    assert open_run.request == Open(handle_id="h1", path="/tmp/f", mode="read")
     _, run = fs(h, "fs/readBlock", {"handleId": "h1", "offset": 4096, "len": MAX_BLOCK})
-    assert run.request == FsRequest(
-        method="fs/readBlock", params={"handleId": "h1", "offset": 4096, "len": MAX_BLOCK}
-    )
+    assert run.request == ReadBlock(handle_id="h1", offset=4096, length=MAX_BLOCK)
     _, run = fs(h, "fs/readBlock", {"handleId": "h1", "offset": 0, "len": 1})
-    assert run.request.params["len"] == 1
+    assert run.request == ReadBlock(handle_id="h1", offset=0, length=1)
     _, run = fs(h, "fs/close", {"handleId": "h1"})
-    assert run.request == FsRequest(method="fs/close", params={"handleId": "h1"})
+    assert run.request == Close(handle_id="h1")
 
 
 def test_fs_ops_get_distinct_increasing_handles_and_name_their_connection(h: Harness) -> None:
@@ -247,8 +251,11 @@ FS_INVALID = [
     ("fs/readFile", {"path": "file:///C:/x"}, INVALID_REQUEST, foreign_path("file:///C:/x")),
     ("fs/readFile", {"path": "file:///a%00b"}, INVALID_REQUEST, foreign_path("file:///a%00b")),
     ("fs/readFile", {}, INVALID_PARAMS, missing("path")),
-    ("fs/readFile", None, INVALID_PARAMS, wrong("null", "struct FsParams")),
-    ("fs/readFile", ["file:///x"], INVALID_PARAMS, wrong("sequence", "struct FsParams")),
+    # The reference names each method's own params struct (see `STRUCTS`).
+    ("fs/readFile", None, INVALID_PARAMS, wrong("null", "struct WireFsReadFileParams")),
+    ("fs/readFile", ["file:///x"], INVALID_PARAMS,
+     wrong("sequence", "struct WireFsReadFileParams")),
+    ("fs/close", 5, INVALID_PARAMS, wrong("number", "struct FsCloseParams")),
     ("fs/readFile", {"path": 1}, INVALID_PARAMS, wrong("number", "a string")),
     ("fs/readFile", {"path": None}, INVALID_PARAMS, wrong("null", "a string")),
     ("fs/writeFile", {"path": "/tmp/x", "dataBase64": ""}, INVALID_PARAMS, RELATIVE_URI),

@@ -22,7 +22,6 @@ from execproto import (
     Finalize,
     FinalizeFailed,
     FsCompleted,
-    FsRequest,
     Host,
     HttpBodyReceived,
     HttpFinished,
@@ -79,6 +78,7 @@ from execproto.events import (
     ForwardUnrouted,
     ForwardWritten,
 )
+from execproto.fs import WriteFile
 
 from .harness import Harness, b64, unb64
 
@@ -444,8 +444,7 @@ ACTION_SAMPLES: list[Any] = [
     ResumeOutput(proc=2),
     Finalize(proc=2, status="completed", exit_code=137, timed_out=True),
     Finalize(proc=3, status="failed", exit_code=None, timed_out=False),
-    RunFs(op=4, conn=1, request=FsRequest(method="fs/writeFile",
-                                          params={"path": "/x", "data": b"\xff"})),
+    RunFs(op=4, conn=1, request=WriteFile(path="/x", data=b"\xff")),
     RunHttp(op=5, conn=1, request=HttpRequest(method="GET", url="http://h/", headers=(("a", "b"),),
                                       body=None, timeout_ms=100, stream_response=True,
                                       follow_redirects=False)),

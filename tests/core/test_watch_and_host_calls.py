@@ -9,13 +9,13 @@ import pytest
 
 from execproto import (
     FsCompleted,
-    FsRequest,
     LocalProtocolError,
     MissingChanged,
     RunFs,
     Unwatch,
     WatchMissing,
 )
+from execproto.fs import DiscoverRoots, DiscoverSkills, ReadConfig, SkillRoot
 
 from .harness import Harness
 from .messages import missing, wrong
@@ -183,8 +183,8 @@ def test_config_read_params_errors(h: Harness, params: Any, message: str) -> Non
 def test_config_read_runs_in_the_adapter(h: Harness) -> None:
     msg_id = h.request(1, "environmentConfig/read", {**CONFIG, "configPaths": [[""], ["a", "b"]]})
     (run,) = h.of_type(RunFs)
-    assert run.request == FsRequest(method="environmentConfig/read", params={
-        "cwd": "/tmp/p", "configPaths": (("",), ("a", "b")), "requirementsPaths": ()})
+    assert run.request == ReadConfig(cwd="/tmp/p", config_paths=(("",), ("a", "b")),
+                                     requirements_paths=())
     h.feed(FsCompleted(op=run.op, result={"hostname": "h"}))
     assert h.response(1, msg_id)["result"] == {"hostname": "h"}  # type: ignore[index]
 
@@ -216,9 +216,8 @@ def test_discovery_runs_in_the_adapter(h: Harness) -> None:
     h.request(1, "capabilityRoots/discoverV1",
               {"roots": [{"id": "r", "path": "file:///tmp/p", "extra": 1}]})
     assert [run.request for run in h.of_type(RunFs)] == [
-        FsRequest(method="capabilities/discoverV2", params={"cwd": "/tmp/p"}),
-        FsRequest(method="capabilityRoots/discoverV1",
-                  params={"roots": ({"id": "r", "path": "/tmp/p", "sandbox": None},)}),
+        DiscoverSkills(cwd="/tmp/p"),
+        DiscoverRoots(roots=(SkillRoot(id="r", path="/tmp/p", sandbox=None),)),
     ]
 
 

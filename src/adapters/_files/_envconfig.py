@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from execproto import INTERNAL_ERROR, RpcError, uri_from_path
+from execproto.fs import ReadConfig
 
 from ._beneath import Scope
 from ._opening import NotAFile, open_checked
@@ -96,13 +97,13 @@ def _stack(files: list[tuple[str, str, str]], paths: Sequence[Sequence[str]],
     return {"layers": layers, "cloudInsertionIndex": inserted}
 
 
-def read(p: dict[str, Any], scope: Scope) -> dict[str, Any]:
+def read(request: ReadConfig, scope: Scope) -> dict[str, Any]:
     home = codex_home()
     user_file = os.path.join(home, "config.toml")
     system_file = os.path.join(SYSTEM_DIR, "config.toml")
     files = [(f"system ({system_file})", system_file, SYSTEM_DIR),
              (f"user ({user_file})", user_file, home)]
-    root = _project_root(os.path.normpath(p["cwd"]), scope)
+    root = _project_root(os.path.normpath(request.cwd), scope)
     if _trusted(_load(user_file, scope), root):
         project_dir = os.path.join(root, ".codex")
         project_file = os.path.join(project_dir, "config.toml")
@@ -112,7 +113,7 @@ def read(p: dict[str, Any], scope: Scope) -> dict[str, Any]:
         "userHomeDir": uri_from_path(os.path.expanduser("~")),
         "codexHomeDir": uri_from_path(home),
         "hostname": socket.gethostname(),
-        "config": _stack(files, p["configPaths"], system=1, scope=scope),
+        "config": _stack(files, request.config_paths, system=1, scope=scope),
         "requirements": _stack([(requirements, requirements, SYSTEM_DIR)],
-                               p["requirementsPaths"], system=1, scope=scope),
+                               request.requirements_paths, system=1, scope=scope),
     }

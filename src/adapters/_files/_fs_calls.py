@@ -1,10 +1,15 @@
-"""The fs room: ``fs/*`` calls (and the executor's own file reads) on worker threads.
+"""The files room: ``fs/*`` calls (and the executor's own file reads) on worker threads, and
+the watches of ``fs/watchMissing`` (`_watch`).
 
 The driver hands it `RunFs`; each call runs `Files.run` on a pool thread and is answered with
 `FsCompleted` on the owner. A connection whose send buffer is past its high water starts no
 new call (`hold`), as answers nobody reads would only pile up in memory; one that is gone has
 its queued calls dropped. The pools weigh what a connection's calls cost, not only how many
 run (`Weighed`).
+
+Few clients use files: the room is made at its first action (`_serving._later`), not at every
+start; the driver's `Files` keeps what must be known before that (the connections, and the
+handles that outlive a call).
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any
 
-from execproto import INTERNAL_ERROR, Event, FsCompleted, RpcError, RunFs
+from execproto import INTERNAL_ERROR, Event, FsCompleted, RpcError, RunFs, Unwatch, WatchMissing
+from execproto.fs import Walk
 
 from .._loop import Loop
 from .._shares import Done, Shares, Work
 from ._fs import Files
+from ._watch import Watches
 
 log = logging.getLogger("execproto")
 
@@ -99,12 +106,22 @@ class Weighed(Shares):
 
 
 class FsCalls:
-    def __init__(self, loop: Loop, feed: Callable[[Event], None], files: Files) -> None:
+    """The files room of a driver: ``files`` is the driver's, ``stuck(conn)`` whether that
+    connection's send buffer is past its high water now (those are held from the start)."""
+
+    def __init__(self, loop: Loop, feed: Callable[[Event], None], files: Files,
+                 stuck: Callable[[int], bool] = lambda conn: False) -> None:
         self._feed = feed
         self.files = files
         self._pool = Weighed(loop.post, FS_WORKERS, FS_PER_CONNECTION, "execproto-fs")
         self._walks = Weighed(loop.post, WALK_WORKERS, 1, "execproto-walk")
-        self.run: dict[type, Callable[[Any], None]] = {RunFs: self._run}
+        self.watches = Watches(loop, feed, files.scope)
+        # The core's actions carried out here (the driver's table takes these).
+        self.run: dict[type, Callable[[Any], None]] = {
+            RunFs: self._run, WatchMissing: self.watches.start, Unwatch: self.watches.stop}
+        for conn in files.connections():  # blocked before the room was made
+            if stuck(conn):
+                self.hold(conn)
 
     def _run(self, action: RunFs) -> None:
         def done(outcome: Any) -> None:
@@ -115,7 +132,7 @@ class FsCalls:
             result, error = outcome
             self._feed(FsCompleted(op=action.op, result=result, error=error))
 
-        pool = self._walks if action.request.method == "fs/walk" else self._pool
+        pool = self._walks if isinstance(action.request, Walk) else self._pool
         pool.submit(action.conn, partial(self.files.run, action.conn, action.request), done)
 
     def raised(self, action: RunFs, why: str) -> None:

@@ -25,6 +25,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from execproto import Policy, RpcError, uri_from_path
+from execproto.fs import DiscoverRoots, SkillRoot
 
 from .._system import os_error_text
 from ._beneath import Scope, real
@@ -185,9 +186,9 @@ def _manifests(scope: Scope, root: str, warnings: list[str]) -> None:
                                 f"{os_error_text(exc)}")
 
 
-def _root_in(scope: Scope, root: dict[str, Any]) -> dict[str, Any]:
-    path = root["path"]
-    answer: dict[str, Any] = {"id": root["id"], "path": uri_from_path(path), "plugin": None,
+def _root_in(scope: Scope, root: SkillRoot) -> dict[str, Any]:
+    path = root.path
+    answer: dict[str, Any] = {"id": root.id, "path": uri_from_path(path), "plugin": None,
                               "skills": [], "namespaceManifests": [], "warnings": [],
                               "error": None}
     try:
@@ -207,13 +208,13 @@ def _root_in(scope: Scope, root: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def discover_roots(p: dict[str, Any], scope_for: Callable[[Policy | None], Scope]
+def discover_roots(request: DiscoverRoots, scope_for: Callable[[Policy | None], Scope]
                    ) -> dict[str, Any]:
     """Each root scanned under its own sandbox (``scope_for`` makes its scope: the root's
     policy, the server's floor already in it), without capabilities as a sandboxed process."""
     out = []
-    for root in p["roots"]:
-        scope = scope_for(root["sandbox"]).budgeted()
+    for root in request.roots:
+        scope = scope_for(root.sandbox).budgeted()
         with capless() if scope.policy is not None else nullcontext():
             out.append(_root_in(scope, root))
     return {"roots": out}
@@ -234,7 +235,7 @@ def front_matter(text: str) -> dict[str, str]:
     return fields
 
 
-def discover_home(p: dict[str, Any], scope: Scope) -> dict[str, Any]:
+def discover_home(scope: Scope) -> dict[str, Any]:
     """The skills in $CODEX_HOME/skills, looked for through ``scope`` (the request's sandbox)
     as a sandboxed process would list and read them."""
     base = os.path.join(codex_home(), "skills")

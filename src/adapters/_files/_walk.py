@@ -22,9 +22,9 @@ import os
 import stat
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from execproto import Encoded, RpcError, uri_from_path
+from execproto.fs import Walk
 
 from .._system import os_error_text
 from ._beneath import Scope
@@ -53,9 +53,8 @@ class Abandoned(Exception):
     """The walk's caller is gone (its connection closed): it stops between two directories."""
 
 
-def walk(root: str, p: dict[str, Any], scope: Scope,
-         wanted: Callable[[], bool] = lambda: True) -> Encoded:
-    """Walk ``root`` within ``scope``: what it denies is not listed, descended or reported.
+def walk(request: Walk, scope: Scope, wanted: Callable[[], bool] = lambda: True) -> Encoded:
+    """Walk ``request.path`` within ``scope``: what it denies is not listed, descended or reported.
     Each directory is opened through the scope at its real path, and its children looked at by
     descriptor. OSError about the root itself propagates; everything below becomes an entry of
     ``errors``. ``wanted`` is asked before each directory; once it says no, `Abandoned`. A walk
@@ -72,6 +71,7 @@ def walk(root: str, p: dict[str, Any], scope: Scope,
         return Encoded(f'{{"entries":[{entries.getvalue()}],"errors":{_json(errors)},'
                        f'"truncated":{_json(truncated)}}}')
 
+    root = request.path
     fd, real = scope.open(root, os.O_PATH, "read")  # a missing root is the call's error
     try:
         info = os.fstat(fd)
@@ -79,7 +79,7 @@ def walk(root: str, p: dict[str, Any], scope: Scope,
         os.close(fd)
     if not stat.S_ISDIR(info.st_mode):
         return answer()
-    if not p["follow"] and os.path.islink(root):
+    if not request.follow and os.path.islink(root):
         return answer()
     root = os.path.normpath(root)
     seen = {(info.st_dev, info.st_ino)}
@@ -88,7 +88,7 @@ def walk(root: str, p: dict[str, Any], scope: Scope,
     spent = 0
     try:
         while queue:
-            if read == p["maxDirectories"]:
+            if read == request.max_directories:
                 raise _Budget
             if not wanted():
                 raise Abandoned
@@ -116,22 +116,22 @@ def walk(root: str, p: dict[str, Any], scope: Scope,
                     except FileNotFoundError:
                         continue  # a broken link: nothing to list, nothing spent
                     except OSError as exc:
-                        if spent == p["maxEntries"]:
+                        if spent == request.max_entries:
                             raise _Budget from None
                         spent += 1
                         errors.append({"path": uri_from_path(path), "message": os_error_text(exc)})
                         continue
-                    if spent == p["maxEntries"]:
+                    if spent == request.max_entries:
                         raise _Budget
                     spent += 1
                     link = child.is_symlink()
                     if stat.S_ISREG(info.st_mode) and not link:
                         entry(path, "file")
-                    elif stat.S_ISDIR(info.st_mode) and (p["follow"] or not link):
+                    elif stat.S_ISDIR(info.st_mode) and (request.follow or not link):
                         entry(path, "directory")
                         key = (info.st_dev, info.st_ino)
-                        hidden = p["pruneHidden"] and child.name.startswith(".")
-                        if depth + 1 <= p["maxDepth"] and not hidden and key not in seen:
+                        hidden = request.prune_hidden and child.name.startswith(".")
+                        if depth + 1 <= request.max_depth and not hidden and key not in seen:
                             seen.add(key)
                             queue.append((path, where, depth + 1))
             finally:

@@ -7,15 +7,14 @@ is reached through the small `Loop` interface that each adapter implements.
 
 The driver owns only that: the queue, the core's timer, the stop, and the core's failure. Each
 action is carried out by the room that owns its family's state, through one table: the
-processes (`_children`), ``fs/*`` calls (`_fs_calls`), ``http/request`` calls (`_http_calls`),
-forwarded streams (`_forward`),
-watched paths (`_watch`), the connections (`Connections`). Each room gets the loop and
-``feed``, and nothing of another's. The rooms few servers use (``http/request``, forwarding)
-are imported and made at their first action (`_later`), and the core itself at its first
-event, so that a server's start pays for neither; the stop after the core failed is
-`_failure`'s. What the rooms keep for one connection follows the events its peer feeds,
-through the reactions `Connections` runs: its fs handles, its calls still queued, its held fs
-calls.
+processes (`_children`), file calls and watched paths (`_fs_calls`), ``http/request`` calls
+(`_http_calls`), forwarded streams (`_forward`), the connections (`Connections`). Each room
+gets the loop and ``feed``, and nothing of another's. The rooms few servers use (files,
+``http/request``, forwarding) are imported and made at their first action (`_later`), and the
+core itself at its first event, so that a server's start pays for none of them; the stop
+after the core failed is `_failure`'s. What the rooms keep for one connection follows the
+events its peer feeds, through the reactions `Connections` runs: its fs handles (`Files`,
+made with the driver, as they outlive a call), its calls still queued, its held fs calls.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from execproto import (
     ConnectionClosed,
     ConnectionOpened,
     Event,
-    RunFs,
     Send,
     SendBlocked,
     SendDrained,
@@ -39,13 +37,9 @@ from execproto import (
     Shutdown,
     Spawn,
     Tick,
-    Unwatch,
-    WatchMissing,
 )
 
 from .._files._fs import Files
-from .._files._fs_calls import FsCalls
-from .._files._watch import Watches
 from .._loop import Loop
 from .._processes import _posix
 from .._processes._children import Children
@@ -112,27 +106,23 @@ class Driver(FailureStop):
         # is blocked (unread answers would pile up), and its queued calls go with it.
         self.connections = Connections(loop, self.feed, lambda: self.core, {
             ConnectionOpened: lambda event: self.files.open_connection(event.conn),
-            SendBlocked: lambda event: self.fs.hold(event.conn),
-            SendDrained: lambda event: self.fs.release(event.conn),
+            SendBlocked: self._blocked,
+            SendDrained: self._drained,
             ConnectionClosed: self._connection_gone,
         })
-        self.fs = FsCalls(loop, self.feed, self.files)
-        self.watches = Watches(loop, self.feed, self.files.scope)
-        self.later = LaterRooms(loop, self.feed, {"http": (self.connections.stuck,),
-                                                  "forwards": (self.children.backend,)})
+        self.later = LaterRooms(loop, self.feed, {
+            "files": (self.files, self.connections.stuck),
+            "http": (self.connections.stuck,),
+            "forwards": (self.children.backend,)})
         # Which room carries out each kind of action (a `_later` room's joins once it is made).
         self._run: dict[type, Callable[[Any], None]] = {
             **self.connections.run,
-            **self.fs.run,
-            WatchMissing: self.watches.start,
-            Unwatch: self.watches.stop,
             **self.children.run,
         }
         # Who answers for an action that raised, where someone waits on it (for a `_later`
         # room's action, its room).
         self._raised: dict[type, Callable[[Any, str], None]] = {
             Spawn: self.children.spawn_raised,
-            RunFs: self.fs.raised,
             Send: self.connections.raised,
             CloseConnection: self.connections.raised,
         }
@@ -258,9 +248,18 @@ class Driver(FailureStop):
         self._cancel_tick = self._tick_at = None
         self.feed(Tick())
 
+    def _blocked(self, event: SendBlocked) -> None:
+        if (files := self.later.files) is not None:
+            files.hold(event.conn)
+
+    def _drained(self, event: SendDrained) -> None:
+        if (files := self.later.files) is not None:
+            files.release(event.conn)
+
     def _connection_gone(self, event: ConnectionClosed) -> None:
         self.files.close_connection(event.conn)
-        self.fs.drop(event.conn)
+        if (files := self.later.files) is not None:
+            files.drop(event.conn)
         if (http := self.later.http) is not None:
             http.drop(event.conn)
 
@@ -281,7 +280,8 @@ class Driver(FailureStop):
 
     def close(self) -> None:
         """After the stop: kill whatever the processes left running, and remove their cgroups."""
-        self.fs.close()
+        if (files := self.later.files) is not None:
+            files.close()
         if (forwards := self.later.forwards) is not None:
             forwards.close_all()
         self.children.close()

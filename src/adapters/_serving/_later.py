@@ -1,6 +1,6 @@
-"""The rooms few servers use, made at their first action: ``http/request``'s calls and the
-forwarded streams. Until a client asks, neither module is imported, nor (for forwarding) the
-core's classes of its actions made, so a server's start pays for none of it.
+"""The rooms few servers use, made at their first action: the file calls, ``http/request``'s
+calls and the forwarded streams. Until a client asks, none of their modules is imported, nor
+the core's classes of their actions made, so a server's start pays for none of it.
 
 The driver carries out each action through the room its kind names (`Driver._run`); an action
 of a kind it has no room for yet is handed here, and the room made for it joins that table.
@@ -17,14 +17,16 @@ from execproto import Action, Event
 from .._loop import Loop
 
 if TYPE_CHECKING:
+    from .._files._fs_calls import FsCalls
     from .._forward._streams import Forwards
     from .._http._http_calls import HttpCalls
 
 # Each room, by its name: its module and class, and the names of the actions it carries out
-# (names: forwarding's classes are made at their first use, see `execproto.actions`). Imported
-# late, from the server's own package, which every sandbox holds read-only
-# (`_command._own_files`).
+# (names: their classes are made at their first use, see `execproto.actions`). Imported late,
+# from the server's own package, which every sandbox holds read-only (`_command._own_files`).
 LATER: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "files": ("execproto.adapters._files._fs_calls", "FsCalls",
+              ("RunFs", "WatchMissing", "Unwatch")),
     "http": ("execproto.adapters._http._http_calls", "HttpCalls", ("RunHttp", "CancelHttp")),
     "forwards": ("execproto.adapters._forward._streams", "Forwards",
                  ("OpenForward", "WriteForward", "PauseForward", "ResumeForward",
@@ -32,12 +34,13 @@ LATER: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 _ROOM_OF = {kind: name for name, (_, _, kinds) in LATER.items() for kind in kinds}
 # The actions someone waits on, whose room answers for one that raised (its ``raised``).
-_ANSWERED = ("RunHttp",)
+_ANSWERED = ("RunFs", "RunHttp")
 
 
 class LaterRooms:
     """A driver's `LATER` rooms, each made with the loop, ``feed`` and what it needs besides
-    (``http``: the connections' `stuck`; ``forwards``: the backend)."""
+    (``files``: the driver's `Files` and the connections' `stuck`; ``http``: their `stuck`;
+    ``forwards``: the backend)."""
 
     def __init__(self, loop: Loop, feed: Callable[[Event], None],
                  needs: dict[str, tuple[Any, ...]]) -> None:
@@ -70,6 +73,11 @@ class LaterRooms:
             made = getattr(importlib.import_module(module), kind)
             room = self._made[name] = made(self._loop, self._feed, *self._needs[name])
         return room
+
+    @property
+    def files(self) -> FsCalls | None:
+        """The files room, if a file call made it."""
+        return self._made.get("files")
 
     @property
     def http(self) -> HttpCalls | None:

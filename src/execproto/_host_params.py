@@ -76,5 +76,5 @@ def _roots(value: Any) -> tuple[dict[str, Any], ...]:
 
 
 def discover_v1(raw: Any) -> dict[str, Any]:
-    f = Fields(raw, "WireCapabilityRootDiscoverRequest")
+    f = Fields(raw, "WireCapabilityRootsDiscoverParams")
     return {"roots": f.required("roots", _roots)}

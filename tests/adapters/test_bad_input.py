@@ -141,7 +141,7 @@ STRUCTS = {
     "fs/watchMissing": "struct FsWatchMissingParams",
     "environmentConfig/read": "struct EnvironmentConfigReadParams",
     "capabilities/discoverV2": "struct DiscoverV2CapabilitiesRequest",
-    "capabilityRoots/discoverV1": "struct WireCapabilityRootDiscoverRequest",
+    "capabilityRoots/discoverV1": "struct WireCapabilityRootsDiscoverParams",
     "forward/open": "struct ForwardOpenParams",
     "forward/write": "struct ForwardWriteParams",
     "forward/ack": "struct ForwardAckParams",

@@ -46,7 +46,7 @@ from execproto.policy import (
     refusal,
 )
 
-from . import _forker, _glob, _hold, _seccomp, _stage
+from . import _forker, _glob, _hold, _leftovers, _seccomp, _stage
 from ._placeholders import Placeholders, can_make, reach
 from ._posix import STAGED, readlink
 from ._refusals import CannotEnforce as CannotEnforce  # named here as before
@@ -238,6 +238,7 @@ class Sandbox:
     def command(self, policy: Policy, spec: SpawnSpec, program: str) -> list[str]:
         try:
             Budget.shape(policy)
+            policy = _records_held(policy)
             crossed = crossing(policy, self._readlink, self._floor)
             if crossed is not None:
                 return self._refused(policy, spec, refusal(*crossed))
@@ -249,7 +250,9 @@ class Sandbox:
                 root = self._mounts(resolved)
                 if root == "none":
                     self._links(policy, resolved)
-                self.seen = [path for op, path, _ in self._ops if op != "placeholder"]
+                # What it made was missing when seen: harmless stale (`Placeholders`).
+                self.seen = [path for op, path, _ in self._ops
+                             if op != "placeholder" and path not in self.made]
                 uses = self._placeholders.take([rule.path for rule in resolved.rules],
                                                 self.made, self.seen, seen)
                 if uses is not None:
@@ -494,6 +497,15 @@ class Sandbox:
         if len(self.made) > MAX_PLACEHOLDERS:
             raise CannotEnforce(f"the sandbox would make over {MAX_PLACEHOLDERS} "
                                 "directories for missing paths")
+        # The server makes them before the stage runs (`Placeholders.take`, so that they are
+        # written down), and the stage pins only the directories it made itself: those made
+        # on the way are pinned here, as the stage would (renaming one would carry the cover
+        # off). One missing still when the stage runs is skipped here, and made and pinned
+        # there.
+        for directory in reversed(missing[1:]):
+            if directory not in self._pinned:
+                self._pinned.add(directory)
+                self._ops.append(("pin", directory, ""))
         self._ops.append(("placeholder", path, ""))
 
     def _bind(self, access: str, path: str) -> None:
@@ -510,6 +522,20 @@ class Sandbox:
             view = view[os.write(fd, view):]
         os.lseek(fd, 0, os.SEEK_SET)
         return fd
+
+
+def _records_held(policy: Policy) -> Policy:
+    """``policy`` with the server's records of its placeholders (`_leftovers`) held read-only,
+    as its own files are: a sandbox that could write them could have the next server's sweep
+    remove what it named. Where nothing is writable, nothing is added (no ways walked)."""
+    records = _leftovers.directory()
+    if records is None or not any(rule.access == "write" for rule in policy.rules):
+        return policy
+    if any(cap.access != "write" and (records == cap.path or
+                                      records.startswith(cap.path.rstrip("/") + "/"))
+           for cap in policy.caps):
+        return policy  # held already (the operator's command line names it)
+    return policy.capped([records], "read")
 
 
 FORKER, HOLD = _Runner(_forker), _Runner(_hold)

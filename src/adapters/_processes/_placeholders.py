@@ -3,10 +3,13 @@
 A protected path (a workspace's `.git`, `.codex`) that is missing where a sandbox may write
 gets an empty read-only directory mounted there for the sandbox's life, so that the command
 cannot create it (the next command, and the user's client, would trust what it put there).
-The stage makes the directory on the host (`_stage.Stage.placeholder`); `_bwrap.Sandbox`
-plans it; this module says whether a path is reachable and whether a placeholder is needed
-there (`reach`, `can_make`), and keeps count of the placeholders live sandboxes use, so that
-each is removed once the last of them is gone (`Placeholders`).
+`_bwrap.Sandbox` plans it; the server makes it on the host as it counts it
+(`Placeholders.take`, written down: `_leftovers`), and the stage mounts on it
+(`_stage.Stage.placeholder`, which makes it itself where the server could not). This module
+says whether a path is reachable and whether a placeholder is needed there (`reach`,
+`can_make`), and keeps count of the placeholders live sandboxes use, so that each is removed
+once the last of them is gone (`Placeholders`). What a killed server could not remove so, the
+next one does (`_leftovers`: written down as made, swept at the next start).
 """
 
 from __future__ import annotations
@@ -16,8 +19,12 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ._posix import remove_empty_directory
+
+if TYPE_CHECKING:  # loaded at the first placeholder made, or the sweep (not at the start)
+    from ._leftovers import Journal
 
 
 def reach(path: str) -> str:
@@ -96,6 +103,17 @@ class Placeholders:
         self._lock = threading.Lock()
         self._uses: Counter[str] = Counter()
         self.removals = 0  # read without the lock: an int, and only compared
+        self._journal: Journal | None = None  # what this server made, from its first one
+
+    @staticmethod
+    def sweep() -> None:
+        """Remove the placeholders servers that are gone left (`_leftovers.sweep`): for the
+        backend, off the serving path and before its first sandboxed start. Not after: a
+        sandbox that found such a placeholder there binds it as it is, and would lose that
+        bind (and what it covers) with its removal."""
+        from . import _leftovers
+
+        _leftovers.sweep()
 
     def take(self, paths: list[str], made: set[str], looked: list[str], seen: int
              ) -> list[str] | None:
@@ -107,10 +125,22 @@ class Placeholders:
         with self._lock:
             if self.removals != seen and not all(map(os.path.lexists, looked)):
                 return None
-            used = [place for place in (*self._uses, *(made - self._uses.keys()))
-                    if _at_or_above(place, ordered)]
+            new = made - self._uses.keys()
+            used = [place for place in (*self._uses, *new) if _at_or_above(place, ordered)]
             self._uses.update(used)
+            if new:  # made here, written down (the stage finds them made), shallow first
+                self._made(sorted(new, key=lambda place: (place.count("/"), place)))
         return sorted(used, key=lambda place: (-place.count("/"), place))
+
+    def _made(self, new: list[str]) -> None:
+        """Make the ``new`` placeholders now, under the lock, written down (`_leftovers`), so
+        that a server killed while they are used leaves them to the next one's sweep. Under
+        the lock: another start that counts one finds it made, and does not make it itself."""
+        if self._journal is None:
+            from ._leftovers import Journal
+
+            self._journal = Journal()
+        self._journal.make(new)
 
     def release(self, uses: Iterable[str]) -> None:
         """A sandbox is gone (its pid namespace died with it): remove the placeholders no
@@ -123,6 +153,8 @@ class Placeholders:
                 if self._uses[path] > 0:
                     continue
                 del self._uses[path]
+                if self._journal is not None:  # struck off first: see `_leftovers`
+                    self._journal.forget(path)
                 remove_empty_directory(path)
                 removed = True
             if removed:  # after the removal: a sandbox that read the old count looked before

@@ -7,14 +7,23 @@ Two targets, each a hypothesis test that pytest collects and that atheris can dr
   connection before, during and after the handshake. Every event the *adapter* feeds here is
   legal, so nothing at all may escape ``handle()``, not even `LocalProtocolError`.
 - `test_event_sequences`: arbitrary adapter events, possible and impossible (output for a handle
-  never issued, output after EOF, a second exit, a close of an unknown connection, ...).
-  ``handle()`` returns actions or raises `LocalProtocolError`; after that error the core refuses
-  every further call (`ServerCore.error`), so the example stops there.
+  never issued, output after EOF, a second exit, a close of an unknown connection, ...), among
+  clients' calls of every method of the registry (`execproto._methods`) and what those calls
+  make possible (fs completions, watch firings, http answers and bodies, forward connects,
+  data, EOFs and writes, stdin written). ``handle()`` returns actions or raises
+  `LocalProtocolError`; after that error the core refuses every further call
+  (`ServerCore.error`), so the example stops there. Otherwise the adapter then does its part
+  (`settle`) and every call on an open connection must have been answered; then every client
+  goes and every process ends (`wind_down`), and once time has run out the core must hold
+  nothing (`leftovers`).
 
 Both check every action they get: a `Send` is UTF-8 JSON-RPC 2.0 (a response has an id and
 exactly one of result/error) addressed to an open connection; `Finalize` comes once per `Spawn`;
 `Signal` and `ResizeTerminal` never target a process whose exit was reported (nor one not yet
-spawned), and `ResizeTerminal` only a process with a terminal.
+spawned), and `ResizeTerminal` only a process with a terminal. The sequences check more: a call
+is answered at most once; an op, watch or forward stream is never issued twice; forward actions
+only for a live stream, pauses and resumes alternating; `CancelHttp` only for a running call;
+`Unwatch` and `EndSession` once; `WriteStdin` only to a running process.
 
 Each example builds a fresh core (cheap next to generating the example), so examples are
 independent and a failure replays from hypothesis' printed example alone.
@@ -142,8 +151,9 @@ ISSUED, RESPONDED = "issued", "responded"  # an http call (done ones are forgott
 CONNECTING, OPEN, ENDED = "connecting", "open", "ended"  # a forward stream (ENDED: the target's
 # EOF came; closed ones are forgotten)
 
-# The sequences' calls: (method, "sent" | "result" | "error") -> how many, summed over a run's
-# examples; `test_event_sequences` wants every method sent and answered with a result.
+# The sequences' calls: (method, "sent" | "result" | "error") -> how many, summed over the
+# examples run in this process: to see how a run covers the methods (not a test: hypothesis draws
+# unevenly, and one method may come a few times only; `test_methods` checks they are all drawn).
 SEQUENCE_ANSWERS: Counter[tuple[str, str]] = Counter()
 
 
@@ -204,6 +214,8 @@ class World:
         "live_watches",
         "ended",
         "calls",
+        "call_conn",
+        "dropped",
         "asked",
         "answered",
         "closing",
@@ -237,6 +249,8 @@ class World:
         self.ended: set[str] = set()  # sessions an EndSession was for
         # Requests the sequences sent (`request_frame`): (conn, id) -> method; and answered.
         self.calls = 0
+        self.call_conn: dict[str, int] = {}  # each call's connection, by id
+        self.dropped: set[str] = set()  # calls whose connection closed before their answer
         self.asked: dict[tuple[int, Any], str] = {}
         self.answered: set[tuple[int, Any]] = set()
         self.closing: set[int] = set()  # open connections the core asked the adapter to close
@@ -263,9 +277,10 @@ class World:
         elif isinstance(event, ConnectionClosed):
             self.conns.discard(event.conn)
             self.closing.discard(event.conn)
-            # Its calls go unanswered; its number may be opened again, by a new client.
+            # Its calls go unanswered, even on a connection opened again with its number.
             for key in [key for key in self.asked if key[0] == event.conn]:
                 del self.asked[key]
+                self.dropped.add(key[1])
         elif isinstance(event, ProcessSpawned):
             self.reported.add(event.proc)
         elif isinstance(event, ProcessExited):
@@ -325,6 +340,7 @@ class World:
         self.calls += 1
         msg_id = f"call-{self.calls}"
         self.asked[conn, msg_id] = method
+        self.call_conn[msg_id] = conn
         return request(msg_id, method, params)
 
     def http_in(self, phase: str) -> list[int]:
@@ -405,8 +421,14 @@ class World:
 
     def check_answer(self, conn: int, message: dict[str, Any]) -> None:
         """A response to a request the sequence sent comes once, on the request's connection."""
-        key = (conn, message.get("id"))
-        if "method" in message or key not in self.asked:
+        if "method" in message:
+            return
+        msg_id = message.get("id")
+        key = (conn, msg_id)
+        if key not in self.asked:
+            assert msg_id not in self.dropped, f"answered after its connection closed: {message!r}"
+            assert msg_id not in self.call_conn, (
+                f"answered on connection {conn}, asked on {self.call_conn[msg_id]}: {message!r}")
             return
         assert key not in self.answered, f"answered twice: {message!r}"
         self.answered.add(key)

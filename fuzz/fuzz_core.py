@@ -1394,8 +1394,9 @@ def wind_down(w: World) -> Iterator[Event]:
 # core itself (""), its stats, a family made at its first use (skipped if it was not).
 LEFTOVER_TABLES = {
     "": ("_conns", "_sessions", "_procs", "_finalized", "_closed_bytes", "_reclaimed", "_ops",
-         "_launches", "_asks", "_watch_of", "_last_id"),
+         "_launches", "_asks"),
     "stats": ("_pending", "_spawned"),
+    "_fs.watches": ("_watch_of", "_last_id"),
     "_forwarding": ("_forwards", "_forward_ids", "_forward_next"),
 }
 
@@ -1404,7 +1405,9 @@ def leftovers(core: ServerCore) -> dict[str, int]:
     """The LEFTOVER_TABLES not empty, and their sizes."""
     kept = {}
     for owner_name, names in LEFTOVER_TABLES.items():
-        owner = getattr(core, owner_name) if owner_name else core
+        owner: Any = core
+        for part in owner_name.split(".") if owner_name else ():
+            owner = getattr(owner, part) if owner is not None else None
         if owner is None:
             continue
         for name in names:

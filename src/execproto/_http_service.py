@@ -23,6 +23,7 @@ from ._fields import Fields, text, wrong_type
 from ._http_actions import HttpRequest, RunHttp
 from ._http_events import HttpBodyReceived, HttpFinished, HttpResponded
 from ._jsonrpc import Id, encode_notification
+from ._records import Record
 from ._services import ServiceHandlers, _Op
 from ._session import Connection, Session
 from .actions import Send
@@ -106,9 +107,20 @@ def header_values(headers: tuple[Header, ...], env: dict[str, str]
     return tuple(sent), tuple(env_values)
 
 
-def parse_http(raw: Any) -> tuple[str, HttpRequest, tuple[Header, ...]]:
-    """Validate ``http/request`` params into (requestId, request, headers as asked). The
-    request's headers are set by `header_values`, which needs the server's environment."""
+@attrs.frozen(kw_only=True, repr=False, eq=False, slots=False)
+class HttpParams(Record):
+    """``http/request``'s params, validated: the client's ``request_id`` (its streamed body's
+    name), the ``request`` to make but for its headers, and the ``headers`` as asked, set on
+    the request by `header_values`, which needs the server's environment."""
+
+    request_id: str
+    request: HttpRequest
+    headers: tuple[Header, ...]
+
+
+def parse_http(raw: Any) -> HttpParams:
+    """Validate ``http/request`` params, in the reference's order (the first bad field is
+    named)."""
     f = Fields(raw, "HttpRequestParams")
     method = f.text("method")
     url = f.text("url")
@@ -138,7 +150,7 @@ def parse_http(raw: Any) -> tuple[str, HttpRequest, tuple[Header, ...]]:
         stream_response=stream,
         follow_redirects=redirect == "follow",
     )
-    return request_id, request, headers
+    return HttpParams(request_id=request_id, request=request, headers=headers)
 
 
 class HttpService:
@@ -155,13 +167,10 @@ class HttpService:
         return {HttpResponded: self._responded, HttpBodyReceived: self._body,
                 HttpFinished: self._finished}
 
-    def run(
-        self, c: Connection, session: Session, msg_id: Id,
-        parsed: tuple[str, HttpRequest, tuple[Header, ...]]
-    ) -> None:
-        request_id, request, asked = parsed
-        headers, env_values = header_values(asked, self.core.host.env)
-        request = attrs.evolve(request, headers=headers, env_values=env_values)
+    def run(self, c: Connection, session: Session, msg_id: Id, parsed: HttpParams) -> None:
+        request_id = parsed.request_id
+        headers, env_values = header_values(parsed.headers, self.core.host.env)
+        request = attrs.evolve(parsed.request, headers=headers, env_values=env_values)
         # The call has no sandbox of its own (the reference's params carry none): the effective
         # policy is the operator's floor. Without network there, the server's own sockets must
         # not become the way out (the host's loopback included).

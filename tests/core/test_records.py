@@ -10,7 +10,8 @@ import sys
 
 import attrs
 
-from execproto import _params
+from execproto import _params, fs
+from execproto._http_service import HttpParams
 from execproto._records import Record
 from execproto.actions import ACTION_TYPES, FsRequest, HttpRequest, Send, SpawnSpec
 from execproto.events import EVENT_TYPES, Encoded, MessageReceived
@@ -75,7 +76,11 @@ def test_every_event_action_and_params_class_uses_the_shared_methods() -> None:
     params = [value for value in vars(_params).values()
               if isinstance(value, type) and attrs.has(value)
               and value.__module__ == _params.__name__]
-    classes = [*EVENT_TYPES, *ACTION_TYPES, Encoded, SpawnSpec, FsRequest, HttpRequest, *params]
+    requests = [value for value in vars(fs).values()
+                if isinstance(value, type) and attrs.has(value) and value.__module__ == fs.__name__]
+    assert FsRequest in requests and len(requests) == 19  # the base, 17 calls, SkillRoot
+    classes = [*EVENT_TYPES, *ACTION_TYPES, Encoded, SpawnSpec, HttpRequest, HttpParams,
+               *requests, *params]
     for method in ("__repr__", "__eq__", "__hash__"):
         assert [cls for cls in classes
                 if getattr(cls, method) is not getattr(Record, method)] == [], method
@@ -84,10 +89,11 @@ def test_every_event_action_and_params_class_uses_the_shared_methods() -> None:
 # The classes of the server's side that keep attrs' own repr: an output chunk's, and an
 # exception's.
 OWN_REPR = {"execproto._output.Chunk", "execproto._errors.RpcError"}
-# What the server's side is: what its core loads, listed in a fresh interpreter.
+# What the server's side is: what its core loads, every family made, listed in a fresh
+# interpreter.
 LIST_OWN_REPRS = """
 import attrs, sys
-import execproto._server
+import execproto._server, execproto._fs_service, execproto._http_service, execproto._forwards
 from execproto._records import Record
 print(sorted(f"{name}.{value.__name__}" for name, module in list(sys.modules.items())
              if name.startswith("execproto.") for value in vars(module).values()

@@ -1183,11 +1183,11 @@ delays = st.sampled_from([0.0, 0.0, 0.0, 0.001, 0.5, 1.0, 1.5, 30.0, 31.0, 1e9])
 # an open made, a forward write the stream an open connected. A method added to the registry is
 # sent with no edit here (and `test_methods` checks that it is).
 NAMED: dict[str, st.SearchStrategy[Any]] = {  # field -> its values, rather than its kind's
-    "processId": st.sampled_from(["p", "q"]),
+    "processId": st.sampled_from(["p", "q", "t"]),
     "handleId": st.sampled_from(["h", "i"]),
     "requestId": st.sampled_from(["r", "s"]),
     "writeId": st.sampled_from(["1", "2"]),
-    "streamId": st.integers(1, 3),
+    "streamId": st.just(1) | st.integers(2, 3),  # stream 1 half the time
     "watchId": st.integers(0, 6),
     "seq": st.integers(0, 6),
     "afterSeq": st.integers(0, 6),
@@ -1195,11 +1195,16 @@ NAMED: dict[str, st.SearchStrategy[Any]] = {  # field -> its values, rather than
     "waitMs": st.sampled_from([0, 1, 1000, 40_000]),
     "offset": st.sampled_from([0, 1, 4096]),
     "len": st.sampled_from([0, 1, 10, 65536]),
-    "chunk": st.sampled_from(["", "aGk="]),
+    "chunk": st.just("aGk=") | st.just(""),
     "dataBase64": st.sampled_from(["", "aGk=", base64.b64encode(bytes(3000)).decode()]),
     "port": st.sampled_from([22, 8080]),
     "clientName": st.just("f"),
     "configPaths": st.just([["mcp_servers"]]),
+    # Within the budgets: walks past them are `test_client_messages`' (and refused at once).
+    "options": st.fixed_dictionaries(
+        {"maxDepth": st.integers(1, 3), "maxDirectories": st.integers(1, 10),
+         "maxEntries": st.integers(1, 100), "followDirectorySymlinks": st.booleans()},
+    ),
 }
 # Processes are where most of the core's state is: their calls come twice as often.
 SEQUENCE_METHODS = [name for name in METHODS for _ in range(2 if name.startswith("process/")
@@ -1317,11 +1322,11 @@ def _call(w: World, conn: int, method: str, params: dict[str, Any]) -> list[Acti
 
 def event_prelude(w: World, level: int) -> None:
     """Level 1: conn 1 handshaken, "p" starting (proc 1). Level 2: also spawned, with output, a
-    long-poll read pending, and conn 2 handshaken. Level 3: also stdin written to "p" and not
-    yet reported, and on conn 2 a call of every other family under way: fs handles "h" (to
-    read) and "i" (to write) open, forward stream 1 connected, a streamed http response begun
-    ("r"), a watch watching, a file read waiting for the adapter. Short sequences then start
-    deep."""
+    long-poll read pending, and conn 2 handshaken. Level 3: also, on conn 2 (where most calls
+    go: the newest connection), "t" running with a terminal and stdin written to it, not yet
+    reported, and a call of every other family under way: fs handles "h" (to read) and "i" (to
+    write) open, forward stream 1 connected, a streamed http response begun ("r"), a watch
+    watching, a file read waiting for the adapter. Short sequences then start deep."""
     if level == 0:
         return
     w.feed(ConnectionOpened(conn=1, session_id=w.mint()))
@@ -1339,7 +1344,9 @@ def event_prelude(w: World, level: int) -> None:
     w.feed(MessageReceived(conn=2, data=INITIALIZED))
     if level == 2:
         return
-    _call(w, 1, "process/write", {"processId": "p", "chunk": "aGk=", "writeId": "0"})
+    _call(w, 2, "process/start", _start("t", tty=True))
+    w.feed(ProcessSpawned(proc=w.procs[-1], pid=4243))
+    _call(w, 2, "process/write", {"processId": "t", "chunk": "aGk=", "writeId": "0"})
     _call(w, 2, "fs/open", {"handleId": "h", "path": "file:///x"})
     w.feed(FsCompleted(op=w.ops[-1], result={}))
     _call(w, 2, "fs/open", {"handleId": "i", "path": "file:///y", "mode": "replace"})

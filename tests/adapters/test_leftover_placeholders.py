@@ -6,11 +6,14 @@ uses, and nothing a record it cannot trust names. Real servers, real bubblewrap.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import pwd
 import signal
 import subprocess
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .conftest import Server, eventually, start, uri
@@ -22,10 +25,13 @@ RECORDS = Path(pwd.getpwuid(os.geteuid()).pw_dir, ".cache", "execproto", "placeh
 PLACES = (".git", ".codex", ".agents")  # workspace-write's read-only places in a workspace
 
 
-def _used_and_killed(workspace: Path, meanwhile: Callable[[], None] = lambda: None) -> int:
+@contextlib.contextmanager
+def _killed(workspace: Path, meanwhile: Callable[[], None] = lambda: None) -> Iterator[int]:
     """A server whose sandboxed `sleep` mounts on placeholders in ``workspace``, killed with
-    SIGKILL while it runs (after ``meanwhile``); its pid. The placeholders are left."""
+    SIGKILL while it runs (after ``meanwhile``); its pid. Its record is held locked, as if
+    it lived, till the block ends: servers other tests start meanwhile sweep nothing of it."""
     killed = Server("asyncio")
+    holder = None
     try:
         client = killed.client()
         reply = start(client, "sleeper", ["sleep", "30"], cwd=uri(workspace),
@@ -33,11 +39,22 @@ def _used_and_killed(workspace: Path, meanwhile: Callable[[], None] = lambda: No
         assert "result" in reply, reply
         assert eventually(lambda: all((workspace / place).is_dir() for place in PLACES))
         meanwhile()
+        records = _record_of(killed.process.pid)
+        assert len(records) == 1, records  # written down
+        holder = os.open(records[0], os.O_RDONLY)
+        waiting = threading.Thread(target=fcntl.flock, args=(holder, fcntl.LOCK_EX),
+                                   daemon=True)
+        waiting.start()  # the lock is the killed server's till it dies
     finally:
         killed.process.send_signal(signal.SIGKILL)
         killed.stop()
-    assert all((workspace / place).is_dir() for place in PLACES)  # left by the kill
-    return killed.process.pid
+    try:
+        waiting.join(5)
+        assert not waiting.is_alive()
+        assert all((workspace / place).is_dir() for place in PLACES)  # left by the kill
+        yield killed.process.pid
+    finally:
+        os.close(holder)
 
 
 def _record_of(pid: int) -> list[Path]:
@@ -58,34 +75,33 @@ def test_the_next_server_removes_what_a_killed_one_left(tmp_path: Path) -> None:
             log = other.stop()
         assert all((workspace / place).is_dir() for place in PLACES), log
 
-    pid = _used_and_killed(workspace, another_server_starts)
-    assert _record_of(pid)
-    sweeping = Server("asyncio")
+    with _killed(workspace, another_server_starts) as pid:
+        pass
+    sweeping = Server("asyncio")  # or one another test starts meanwhile: either will do
     try:
         assert eventually(lambda: not any((workspace / place).exists() for place in PLACES))
         assert eventually(lambda: not _record_of(pid))
     finally:
         log = sweeping.stop()
-    assert f"placeholders server {pid} left when it was killed" in log, log
-    assert sorted(os.listdir(workspace)) == []
+    assert sorted(os.listdir(workspace)) == [], log
 
 
 def test_a_placeholder_changed_since_is_left(tmp_path: Path) -> None:
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    pid = _used_and_killed(workspace)
     git, codex, agents = (workspace / place for place in PLACES)
-    (git / "config").write_text("planted\n")  # filled
     elsewhere = tmp_path / "elsewhere"  # an empty directory a link leads to
     elsewhere.mkdir()
-    codex.rmdir()
-    codex.symlink_to(elsewhere)
-    replaced = workspace / "new"  # made while the old one is there: another inode
-    replaced.mkdir()
-    before = agents.stat().st_ino
-    agents.rmdir()
-    replaced.rename(agents)
-    assert agents.stat().st_ino != before
+    with _killed(workspace) as pid:
+        (git / "config").write_text("planted\n")  # filled
+        codex.rmdir()
+        codex.symlink_to(elsewhere)
+        replaced = workspace / "new"  # made while the old one is there: another inode
+        replaced.mkdir()
+        before = agents.stat().st_ino
+        agents.rmdir()
+        replaced.rename(agents)
+        assert agents.stat().st_ino != before
     sweeping = Server("asyncio")
     try:
         assert eventually(lambda: not _record_of(pid))  # swept
@@ -94,7 +110,6 @@ def test_a_placeholder_changed_since_is_left(tmp_path: Path) -> None:
     assert (git / "config").read_text() == "planted\n", log
     assert codex.is_symlink() and elsewhere.is_dir(), log
     assert agents.is_dir(), log
-    assert f"left what server {pid} may have made" in log, log
 
 
 def test_no_sandbox_can_write_the_records(tmp_path: Path) -> None:
@@ -190,7 +205,8 @@ def test_the_directories_made_on_the_way_to_a_placeholder_are_pinned(tmp_path: P
                       "echo planted > a/b/.git/config", sandbox, cwd=str(workspace))
             assert ran.exit_code != 0, ran
             assert "busy" in ran.stderr, ran  # mv's rename, and its fallback's remove
-            assert not list(workspace.rglob("config")), ran
+            # (walked as the sandbox's placeholders are removed: os.walk skips what vanished)
+            assert [names for _, _, names in os.walk(workspace) if "config" in names] == [], ran
     finally:
         log = server.stop()
     assert not protected.exists(), log  # removed at the sandbox's end, and never written

@@ -13,9 +13,10 @@ Why nothing a sandbox can write makes the sweep remove, or follow, anything else
 - The records lie in a directory of the server's user's own (`directory`: mode 0700 in the
   cache of the user's home, every directory above it the user's or root's and writable by no
   one else), held read-only in every sandbox as the server's own files are (`_bwrap` caps
-  it). A record is read only if it is a regular file of the user's, of mode 0600, with one
-  link; and only once its writer is gone: each server holds a lock on its own for its life,
-  and the pid it names no longer runs the process that wrote it (its start time, the boot).
+  it). A record is read only if it is a regular file of the user's that no one else may read
+  or write, with one link; and only once its writer is gone: each server holds a lock on its
+  own for its life, and the pid it names no longer runs the process that wrote it (its start
+  time, the boot).
 - A placeholder is written down twice: its path before it is made, then its device and inode
   once the server made it itself, by descriptor (`Journal.make`); and it is struck off before
   it is removed. Each window a kill can fall in leaves a placeholder behind rather than

@@ -223,8 +223,8 @@ class World:
         "stdin",
     )
 
-    def __init__(self) -> None:
-        self.core = ServerCore(CONFIG, HOST)
+    def __init__(self, config: Config = CONFIG) -> None:
+        self.core = ServerCore(config, HOST)
         self.now = 0.0
         self.conns: set[int] = set()  # open connections
         self.ever_conns: set[int] = set()
@@ -1285,7 +1285,7 @@ STEPS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
     "watch_fired": _step("watch_fired", HANDLE),
     "forward_connected": _step("forward_connected", HANDLE),
     "forward_unrouted": _step(
-        "forward_unrouted", HANDLE, st.sampled_from(["none", "unknown"]),
+        "forward_unrouted", HANDLE, st.sampled_from(["none", "none", "unknown"]),
         st.sampled_from([(), (8080,), (22, 8765)]),
     ),
     "forward_failed": _step("forward_failed", HANDLE),
@@ -1325,8 +1325,9 @@ def event_prelude(w: World, level: int) -> None:
     long-poll read pending, and conn 2 handshaken. Level 3: also, on conn 2 (where most calls
     go: the newest connection), "t" running with a terminal and stdin written to it, not yet
     reported, and a call of every other family under way: fs handles "h" (to read) and "i" (to
-    write) open, forward stream 1 connected, a streamed http response begun ("r"), a watch
-    watching, a file read waiting for the adapter. Short sequences then start deep."""
+    write) open, forward stream 1 connected and stream 2 connecting, a streamed http response
+    begun ("r"), a watch watching, a file read waiting for the adapter. Short sequences then
+    start deep."""
     if level == 0:
         return
     w.feed(ConnectionOpened(conn=1, session_id=w.mint()))
@@ -1359,6 +1360,7 @@ def event_prelude(w: World, level: int) -> None:
     w.feed(HttpResponded(op=w.ops[-1], status=200, headers=()))
     _call(w, 2, "forward/open", {"port": 8080})
     w.feed(ForwardConnected(stream=max(w.ever_streams)))
+    _call(w, 2, "forward/open", {"port": 8081, "host": "127.0.0.1"})
 
 
 def settle(w: World) -> Iterator[Event]:
@@ -1424,9 +1426,13 @@ def leftovers(core: ServerCore) -> dict[str, int]:
     return kept
 
 
-def event_sequences(prelude: int, steps: list[tuple[float, tuple[Any, ...]]]) -> None:
-    """Any event sequence: actions, or `LocalProtocolError` (then the core is done with)."""
-    w = World()
+def event_sequences(
+    prelude: int, steps: list[tuple[float, tuple[Any, ...]]], loopback: bool
+) -> None:
+    """Any event sequence: actions, or `LocalProtocolError` (then the core is done with).
+    ``loopback``: the operator allows forwards to the host's loopback, where a session has no
+    network of its own (so an unrouted forward may be opened again there)."""
+    w = World(attrs.evolve(CONFIG, forward_loopback=loopback))
     fed: list[Event] = []
     try:
         event_prelude(w, prelude)
@@ -1465,7 +1471,8 @@ def event_sequences(prelude: int, steps: list[tuple[float, tuple[Any, ...]]]) ->
 
 
 # The deeper preludes first: sampled_from shrinks toward its first element.
-EVENT_SEQUENCES = {"prelude": st.sampled_from([3, 3, 2, 2, 1, 0]), "steps": steps}
+EVENT_SEQUENCES = {"prelude": st.sampled_from([3, 3, 2, 2, 1, 0]), "steps": steps,
+                   "loopback": st.booleans()}
 
 
 # -- running: pytest, long runs, atheris --------------------------------------------------------

@@ -495,8 +495,9 @@ NEW, INITIALIZING, READY = "new", "initializing", "ready"
 
 
 def client_world(stage: str) -> World:
-    """conn 1 at ``stage``. READY also has processes in every phase, an open fs handle, and
-    two other sessions: "session-old" (detached, resumable) and "session-busy" (attached)."""
+    """conn 1 at ``stage``. READY also has processes in every phase, an open fs handle, a
+    forward, a streamed http response and a watch, and two other sessions: "session-old"
+    (detached, resumable) and "session-busy" (attached)."""
     w = World()
     feed = w.feed
     if stage == READY:
@@ -541,6 +542,17 @@ def client_world(stage: str) -> World:
     for action in feed(MessageReceived(conn=1, data=fs_open)):
         if isinstance(action, RunFs):
             feed(FsCompleted(op=action.op, result={}))
+    # The other families' calls under way too: forward stream 1 connected, a streamed http
+    # response "r" begun, watch 1 watching.
+    feed(MessageReceived(conn=1, data=request("fwd", "forward/open", {"port": 8080})))
+    feed(ForwardConnected(stream=max(w.ever_streams)))
+    http = {"method": "GET", "url": "http://127.0.0.1:1/", "headers": [], "requestId": "r",
+            "streamResponse": True}
+    feed(MessageReceived(conn=1, data=request("http", "http/request", http)))
+    feed(HttpResponded(op=w.ops[-1], status=200, headers=()))
+    watch = {"watchId": 1, "missing": ["file:///x/y"]}
+    feed(MessageReceived(conn=1, data=request("watch", "fs/watchMissing", watch)))
+    feed(FsCompleted(op=w.ops[-1], result={"watching": True}))
     return w
 
 

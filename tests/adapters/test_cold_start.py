@@ -70,22 +70,29 @@ def test_serving_loads_nothing_of_the_client_or_the_other_adapters() -> None:
 
 
 # What the start itself need not load, where a module's own import is dear: shutil and tempfile
-# (bz2, lzma, random: programs are found by `_system.which`), and the sandbox's own modules,
-# which load when the probe of bubblewrap runs once the server listens, or at the first
-# sandboxed start. Listed as they stand when the server prints its address: the probe may
-# load them any moment after.
+# (bz2, lzma, random: programs are found by `_system.which`), pathlib (FILE arguments are
+# converted where given), ctypes, the policy's links and globs, the ELF reader, and the
+# sandbox's own modules, which load when the probe of bubblewrap runs once the server listens,
+# or at the first sandboxed start. Listed as they stand when the server prints its address:
+# the probe may load them any moment after.
 NOT_AT_START = (
-    "tempfile", "random",
+    "shutil", "tempfile", "random", "bz2", "lzma", "pathlib", "ctypes", "termios",
+    "execproto.policy", "execproto._links", "execproto._globs",
+    "execproto.adapters._command._loaded", "execproto.adapters._files._beneath",
     "execproto.adapters._processes._bwrap", "execproto.adapters._processes._stage",
     "execproto.adapters._processes._forker", "execproto.adapters._processes._hold",
     "execproto.adapters._processes._zygote", "execproto.adapters._processes._seccomp",
 )
+# (What the interpreter loaded before, the editable install's finder pathlib among them, is
+# not the start's.)
 LISTEN_AND_LIST = (
     "import builtins, json, os, sys\n"
+    "before = set(sys.modules)\n"
     "from execproto.adapters import cli\n"
     "def said(*args, **kwargs):\n"
     "    if args and str(args[0]).startswith('ws://'):\n"
-    "        sys.stdout.write(json.dumps(sorted(sys.modules)) + '\\n'); sys.stdout.flush()\n"
+    "        loaded = sorted(set(sys.modules) - before)\n"
+    "        sys.stdout.write(json.dumps(loaded) + '\\n'); sys.stdout.flush()\n"
     "        os._exit(0)\n"
     "builtins.print = said\n"
     "cli.main(['serve', '--listen', 'ws://127.0.0.1:0', '--log-level', 'warning'])\n"

@@ -238,7 +238,6 @@ class Sandbox:
     def command(self, policy: Policy, spec: SpawnSpec, program: str) -> list[str]:
         try:
             Budget.shape(policy)
-            policy = _records_held(policy)
             crossed = crossing(policy, self._readlink, self._floor)
             if crossed is not None:
                 return self._refused(policy, spec, refusal(*crossed))
@@ -355,6 +354,8 @@ class Sandbox:
         # most of the setup's cost. The denying caps (the server's secrets) always hold.
         writes = any(rule.access == "write" for rule in policy.rules)
         caps = [cap for cap in policy.caps if writes or cap.access != "read"]
+        if writes and (records := _records()) is not None:
+            caps.append(records)
         self._ways = REMEMBERED.ways(tuple(cap.path for cap in caps), self._readlink)
         try:
             real = pinned(Policy.of([*policy.rules, *matched], policy.network, caps=caps),
@@ -524,18 +525,18 @@ class Sandbox:
         return fd
 
 
-def _records_held(policy: Policy) -> Policy:
-    """``policy`` with the server's records of its placeholders (`_leftovers`) held read-only,
-    as its own files are: a sandbox that could write them could have the next server's sweep
-    remove what it named. Where nothing is writable, nothing is added (no ways walked)."""
-    records = _leftovers.directory()
-    if records is None or not any(rule.access == "write" for rule in policy.rules):
-        return policy
-    if any(cap.access != "write" and (records == cap.path or
-                                      records.startswith(cap.path.rstrip("/") + "/"))
-           for cap in policy.caps):
-        return policy  # held already (the operator's command line names it)
-    return policy.capped([records], "read")
+def _records() -> PathRule | None:
+    """The server's records of its placeholders (`_leftovers`), as a cap that holds them
+    read-only in every sandbox that may write, as the server's own files are: a sandbox that
+    could write them could have the next server's sweep remove what it named. (Twice where
+    the operator's command line names them too: a cap is kept once.)"""
+    if not _RECORDS:
+        where = _leftovers.directory()
+        _RECORDS.append(None if where is None else PathRule(path=where, access="read"))
+    return _RECORDS[0]
+
+
+_RECORDS: list[PathRule | None] = []  # `_records`, once found
 
 
 FORKER, HOLD = _Runner(_forker), _Runner(_hold)

@@ -87,6 +87,9 @@ def _extensions() -> tuple[str, ...]:
     return tuple(name for name, info in METHODS.items() if info.origin == EXTENSION)
 
 
+# Events applied before the deadlines that passed (see `_handle`).
+_BEFORE_DEADLINES = frozenset({ProcessExited})
+
 # Bytes a message may have before the connection's initialize: its own is a few hundred.
 MAX_BEFORE_INITIALIZE = 64 << 10
 
@@ -224,10 +227,16 @@ class ServerCore(ProcessHandlers, ServiceHandlers, ProxyHandlers):
         self._check_references(event)
         self._now = now
         self._actions = []
-        # Deadlines that passed come first, whatever the event: a message that arrives after a
-        # session's TTL must find the session expired even if the adapter has not ticked yet.
-        self._run_due_timers()
-        handler(event)
+        # Deadlines that passed come first: a message that arrives after a session's TTL must
+        # find the session expired even if the adapter has not ticked yet. But an exit is a
+        # fact of before now: a deadline's Signal (a kill grace's, an expired session's) must
+        # not go to the process whose exit this very call reports (`Signal`).
+        if type(event) in _BEFORE_DEADLINES:
+            handler(event)
+            self._run_due_timers()
+        else:
+            self._run_due_timers()
+            handler(event)
         return self._actions
 
     def _check_references(self, event: Event) -> None:

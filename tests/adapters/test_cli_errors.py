@@ -97,7 +97,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (where / "not-json").write_text("hello\n")
     (where / "not-a-trace").write_text('{"format": "something else"}\n')
     (where / "broken-step").write_text(
-        '{"format": "execproto-trace", "version": 1, "config": {}, "host": {}}\n{oops\n')
+        '{"format": "execproto-trace", "version": 2, "config": {}, "host": {}}\n{oops\n')
     (where / "blank-token").write_text("\n")
     (where / "badbackend.py").write_text(
         "def make():\n    raise RuntimeError('the container my-box is not running')\n")

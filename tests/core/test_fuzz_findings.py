@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from execproto import (
     Action,
     ConnectionClosed,
@@ -46,15 +44,6 @@ class _Adapter:
         return self.core.handle(event, self.now)
 
 
-_SIGNAL_WITH_THE_EXIT = pytest.mark.xfail(strict=True, reason=(
-    "the deadlines that passed run before the event, so a Signal comes in the very call that "
-    "reports the exit, against `Signal`'s 'only while ... not yet observed to exit' (harmless "
-    "in effect: the leader is unreaped until Finalize, so its group id is still reserved). "
-    "Either the core applies an exit before the due timers, or `Signal` and docs/design.md "
-    "promise less; then this test changes with them"))
-
-
-@_SIGNAL_WITH_THE_EXIT
 def test_an_ended_session_does_not_signal_a_process_whose_exit_is_being_reported() -> None:
     """``session/end``, then the connection closes: the session expires at once, by a timer
     due now. If the adapter reports the process's exit before it ticks, the expiry's TERM comes
@@ -67,7 +56,6 @@ def test_an_ended_session_does_not_signal_a_process_whose_exit_is_being_reported
     assert not [x for x in actions if isinstance(x, Signal)], actions
 
 
-@_SIGNAL_WITH_THE_EXIT
 def test_a_kill_grace_does_not_signal_a_process_whose_exit_is_being_reported() -> None:
     """The same at a terminate's kill grace: the exit reported at the deadline, before its
     Tick, comes with the KILL."""

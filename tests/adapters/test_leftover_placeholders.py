@@ -210,3 +210,41 @@ def test_the_directories_made_on_the_way_to_a_placeholder_are_pinned(tmp_path: P
     finally:
         log = server.stop()
     assert not protected.exists(), log  # removed at the sandbox's end, and never written
+
+
+def test_only_a_directory_private_to_the_user_holds_records(tmp_path: Path) -> None:
+    """Not one others may write in or above (`/tmp`), nor one others may read, nor a link."""
+    from execproto.adapters._processes._leftovers import _open_private
+
+    RECORDS.parent.mkdir(parents=True, exist_ok=True)
+    private = RECORDS.parent / f"test-private-{os.getpid()}"
+    private.mkdir(mode=0o700)
+    link = RECORDS.parent / f"test-link-{os.getpid()}"
+    link.symlink_to(private)
+    under_tmp = tmp_path / "records"
+    under_tmp.mkdir(mode=0o700)
+    try:
+        fd = _open_private(str(private))
+        assert fd is not None
+        os.close(fd)
+        assert _open_private(str(under_tmp)) is None  # /tmp above it: anyone's
+        assert _open_private(str(link)) is None
+        private.chmod(0o750)
+        assert _open_private(str(private)) is None
+    finally:
+        link.unlink()
+        private.rmdir()
+
+
+def test_a_record_cut_short_reads_as_far_as_it_goes() -> None:
+    """A kill can cut the last line short: what came before stands, the rest is left."""
+    from execproto.adapters._processes._leftovers import HEADER, _read
+
+    made, gone, cut = (os.fsencode(path).hex() for path in ("/w/.git", "/w/.codex", "/w/x"))
+    text = (f"{HEADER} 41 12345 boot\n? {made}\n? {gone}\n? {cut}\n+ 1 2 {made}\n"
+            f"+ 1 3 {gone}\n- 1 3 {gone}\n+ 1 4 {cut[:6]}")  # "/w/": a path too
+    writer, live, unsure = _read(text)
+    assert writer == (41, "12345", "boot")
+    assert live == {"/w/.git": (1, 2)}
+    assert unsure == {"/w/x"}  # about to be made, never said made: left
+    assert _read("execproto placeholders 1 4")[0] is None  # no whole header: no writer

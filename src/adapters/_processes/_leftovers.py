@@ -324,7 +324,7 @@ def _read(text: str) -> tuple[tuple[int, str, str] | None, dict[str, tuple[int, 
         writer = (int(head[3]), head[4], head[5])
     live: dict[str, tuple[int, int]] = {}
     unsure: set[str] = set()
-    for line in lines[1:]:
+    for line in lines[1:-1]:  # the last is what follows the last newline: cut short, or none
         fields = line.split(" ")
         try:
             path = os.fsdecode(bytes.fromhex(fields[-1]))
@@ -339,7 +339,7 @@ def _read(text: str) -> tuple[tuple[int, str, str] | None, dict[str, tuple[int, 
                 if live.get(path) == (int(fields[1]), int(fields[2])):
                     del live[path]
         except ValueError:
-            continue  # a line cut short by the kill: the last
+            continue
     return writer, live, unsure
 
 

@@ -248,3 +248,23 @@ def test_a_record_cut_short_reads_as_far_as_it_goes() -> None:
     assert live == {"/w/.git": (1, 2)}
     assert unsure == {"/w/x"}  # about to be made, never said made: left
     assert _read("execproto placeholders 1 4")[0] is None  # no whole header: no writer
+
+
+def test_a_server_with_the_operators_sandbox_sweeps_too(tmp_path: Path) -> None:
+    """`--sandbox bwrap` probes bubblewrap before it listens, with no probe thread: the sweep
+    runs there (at the first set-up of a sandbox, the probe's)."""
+    RECORDS.mkdir(parents=True, mode=0o700, exist_ok=True)
+    left = tmp_path / "left"
+    left.mkdir()
+    record = RECORDS / f"{_dead_pid()}-test-floor-{os.getpid()}"
+    try:
+        _record(record, left, int(record.name.split("-")[0]))
+        record.chmod(0o600)
+        server = Server("asyncio", "--sandbox", "bwrap", "--writable-root", str(tmp_path))
+        try:
+            assert eventually(lambda: not left.exists())
+        finally:
+            log = server.stop()
+        assert not record.exists(), log
+    finally:
+        record.unlink(missing_ok=True)

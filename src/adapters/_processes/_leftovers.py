@@ -343,23 +343,26 @@ def _read(text: str) -> tuple[tuple[int, str, str] | None, dict[str, tuple[int, 
     return writer, live, unsure
 
 
-def sweep() -> None:
+def sweep() -> bool:
     """Remove the placeholders that servers of this user which are gone left, and their
-    records; for a server's start, before its first sandbox. Never raises."""
+    records; for a server's start, before its first sandbox. Whether it removed any. Never
+    raises."""
     try:
-        _sweep()
+        return _sweep()
     except Exception:  # noqa: BLE001 - a failed sweep leaves what it found, nothing more
         log.debug("the sweep of placeholders failed", exc_info=True)
+        return True  # it may have removed some
 
 
-def _sweep() -> None:
+def _sweep() -> bool:
     where = directory()
     if where is None:
-        return
+        return False
     at = _open_private(where)
     if at is None:
-        return
+        return False
     ends = time.monotonic() + MAX_SECONDS
+    removed = False
     try:
         listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=at)
         try:
@@ -369,42 +372,45 @@ def _sweep() -> None:
         for name in names:
             if time.monotonic() > ends:
                 break
-            _sweep_record(at, name, ends)
+            removed = _sweep_record(at, name, ends) or removed
     finally:
         os.close(at)
+    return removed
 
 
-def _sweep_record(at: int, name: str, ends: float) -> None:
+def _sweep_record(at: int, name: str, ends: float) -> bool:
+    """Sweep the record ``name``, if it is trusted and its server gone; whether anything was
+    removed."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=at)
     except OSError:
-        return  # a link, gone meanwhile
+        return False  # a link, gone meanwhile
     try:
         found = os.fstat(fd)
         if (not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid()
                 or found.st_mode & 0o077 or found.st_nlink != 1 or found.st_size > MAX_RECORD):
             log.info("a record of placeholders is not trusted, and left: %s", name)
-            return
+            return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return  # its server is alive
+            return False  # its server is alive
         now = os.stat(name, dir_fd=at, follow_symlinks=False)
         if (now.st_dev, now.st_ino) != (found.st_dev, found.st_ino):
-            return  # replaced by its server meanwhile (`Journal._compact`)
+            return False  # replaced by its server meanwhile (`Journal._compact`)
         text = os.read(fd, MAX_RECORD + 1).decode("ascii", "replace")
         writer, live, unsure = _read(text)
         if writer is None:
             if time.time() - found.st_mtime > MAKING:
                 os.unlink(name, dir_fd=at)  # its server died making it: nothing in it
-            return
+            return False
         pid, start, boot = writer
         if _identity(pid) == (start, boot):
-            return  # unlocked, but its server runs: not gone
+            return False  # unlocked, but its server runs: not gone
         outcome: dict[str, list[str]] = {"removed": [], "gone": [], "left": []}
         for path in sorted(live, key=lambda path: (-path.count("/"), path)):
             if time.monotonic() > ends:
-                return  # the record stays, for the next server
+                return bool(outcome["removed"])  # the record stays, for the next server
             outcome[_remove(path, live[path])].append(path)
         os.unlink(name, dir_fd=at)
     finally:
@@ -416,3 +422,4 @@ def _sweep_record(at: int, name: str, ends: float) -> None:
     if left:
         log.info("left what server %d may have made and not removed (changed since, or not "
                  "seen made): %s", pid, " ".join(left))
+    return bool(outcome["removed"])

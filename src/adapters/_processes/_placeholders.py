@@ -102,18 +102,30 @@ class Placeholders:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._uses: Counter[str] = Counter()
-        self.removals = 0  # read without the lock: an int, and only compared
+        self._removals = 0
         self._journal: Journal | None = None  # what this server made, from its first one
+
+    @property
+    def removals(self) -> int:
+        """How many times placeholders were removed: by this set's `release`, or by the
+        sweep. Read without the lock (ints, only compared)."""
+        return self._removals + _SWEEP.removals
 
     @staticmethod
     def sweep() -> None:
-        """Remove the placeholders servers that are gone left (`_leftovers.sweep`): for the
-        backend, off the serving path and before its first sandboxed start. Not after: a
-        sandbox that found such a placeholder there binds it as it is, and would lose that
-        bind (and what it covers) with its removal."""
-        from . import _leftovers
+        """Remove the placeholders servers that are gone left (`_leftovers.sweep`), once in
+        this process: by the backend, off the serving path and before its first sandboxed
+        start (the probe), and at the latest by the first `take`. A sandbox planned before
+        the sweep removed a placeholder it was to bind as it found it is planned again, as
+        after a `release`."""
+        with _SWEEP.lock:
+            if _SWEEP.done:
+                return
+            from . import _leftovers
 
-        _leftovers.sweep()
+            if _leftovers.sweep():
+                _SWEEP.removals += 1
+            _SWEEP.done = True
 
     def take(self, paths: list[str], made: set[str], looked: list[str], seen: int
              ) -> list[str] | None:
@@ -122,6 +134,7 @@ class Placeholders:
         if one was removed since ``seen`` (`removals` when it began looking) and a path it
         ``looked`` at (to bind, cover or pin) is gone."""
         ordered = sorted(paths)
+        self.sweep()
         with self._lock:
             if self.removals != seen and not all(map(os.path.lexists, looked)):
                 return None
@@ -158,10 +171,23 @@ class Placeholders:
                 remove_empty_directory(path)
                 removed = True
             if removed:  # after the removal: a sandbox that read the old count looked before
-                self.removals += 1
+                self._removals += 1
 
     def __len__(self) -> int:
         return len(self._uses)
+
+
+class _Sweep:
+    """The sweep of what killed servers left: once a process, whatever sets of placeholders it
+    holds (a backend's, the probe's)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = False
+        self.removals = 0  # 1 if it removed any: a plan made before it is made again
+
+
+_SWEEP = _Sweep()
 
 
 def _at_or_above(place: str, ordered: list[str]) -> bool:

@@ -268,3 +268,27 @@ def test_a_server_with_the_operators_sandbox_sweeps_too(tmp_path: Path) -> None:
         assert not record.exists(), log
     finally:
         record.unlink(missing_ok=True)
+
+
+def test_no_sandboxed_fs_call_can_write_the_records(tmp_path: Path) -> None:
+    """A record could be copied in (a copy keeps a file's mode) or an existing one rewritten:
+    granted the whole file system, a sandboxed fs call is refused there too."""
+    import base64
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    RECORDS.mkdir(parents=True, mode=0o700, exist_ok=True)
+    forged = RECORDS / f"forged-{os.getpid()}"
+    server = Server("asyncio")
+    try:
+        client = server.client()
+        everything = profile(str(workspace), [_special("root", "write")])
+        wrote = client.call("fs/writeFile", {"path": uri(forged), "sandbox": everything,
+                                             "dataBase64": base64.b64encode(b"x").decode()})
+    finally:
+        server.stop()
+    try:
+        assert wrote.get("error", {}).get("message") == "Read-only file system (os error 30)", wrote
+        assert not forged.exists()
+    finally:
+        forged.unlink(missing_ok=True)

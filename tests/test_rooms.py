@@ -24,8 +24,8 @@ ROOMS: dict[str, set[str]] = {
     "_proxy": {"_loop", "backends"},
     "_processes": {"_loop", "_shares", "_system", "_proxy"},
     "_client": {"client"},
-    "_serving": {"_loop", "_shares", "_system", "backends", "_wire", "_processes", "_files", "_http",
-                 "_forward", "_proxy"},
+    "_serving": {"_loop", "_shares", "_system", "backends", "_wire", "_processes", "_files",
+                 "_http", "_forward", "_proxy"},
 }
 
 

@@ -263,12 +263,6 @@ class World:
 
     def feed(self, event: Event) -> list[Action]:
         """One ``handle()`` call; any exception propagates to the caller."""
-        if isinstance(event, ProcessExited):
-            # A deadline that passed is ticked before an exit is reported. The core runs it
-            # first anyway, and its Signal (a kill grace's KILL, an ended session's TERM) then
-            # comes in the very call that reports the exit, which `check` would call a signal
-            # after the exit: tests/core/test_fuzz_findings.py holds that case for the lead.
-            self.tick_due()
         actions = self.core.handle(event, self.now)
         # The event was accepted: update the adapter's view before judging the actions.
         if isinstance(event, ConnectionOpened):

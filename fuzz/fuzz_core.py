@@ -1530,7 +1530,7 @@ def fuzz(name: str) -> None:
     if SEED is not None:  # one batch again, of the size its report gave
         hypothesis_test(name, EXAMPLES, int(SEED))()
         return
-    examples = max(1, round(EXAMPLES * SHARE[name]))
+    examples = max(1, round(EXAMPLES * SHARE.get(name, 1.0)))  # other files' targets: all
     if examples <= BATCH:
         hypothesis_test(name, examples)()
         return

@@ -139,9 +139,6 @@ class LocalBackend:
 
     def _find_bwrap(self) -> None:
         assert self._found is not None
-        # What a killed server left, removed before this one's first sandboxed start, which
-        # waits for the probe (`_placeholders.Placeholders.sweep`).
-        self._placeholders.sweep()
         try:
             from ._processes import _bwrap
 

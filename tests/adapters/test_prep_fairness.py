@@ -228,7 +228,7 @@ def test_a_placeholder_removed_while_a_plan_relied_on_it_is_made_again(
     for fd in first.pass_fds:
         os.close(fd)
     assert first.token.uses == (str(git),)
-    git.mkdir(exist_ok=True)  # as B's stage does (the server made it as it counted it)
+    git.mkdir()  # as B's stage does
     placeholders = backend._placeholders
     sandbox = _bwrap.Sandbox(backend._bwrap or "bwrap", None, placeholders)
     resolve = sandbox._resolve

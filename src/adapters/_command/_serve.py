@@ -115,8 +115,6 @@ def run(args: argparse.Namespace) -> int:
         if (overlap := _own_files.overlap(root, protected)) is not None:
             raise UsageError(f"--writable-root {root} overlaps {overlap}, which the server "
                              "runs or loads: no sandbox may write it")
-    if protected:
-        protected = (*protected, *_placeholder_records())
     # What the server reads or writes for itself is nothing a sandbox may read, before and
     # after a rotation moves it (see _secrets).
     secrets = _secrets.denied(
@@ -189,8 +187,7 @@ def run(args: argparse.Namespace) -> int:
             tune_heap=True,  # the whole process is ours: see `Options.tune_heap`
             tls=tls.current if tls is not None else None,
             drain_grace=args.drain_grace,
-            protect=None if protected else lambda: (*_own_files.protected(extra),
-                                                    *_placeholder_records()),
+            protect=None if protected else lambda: _own_files.protected(extra),
         )
     except BaseException as exc:
         problem = None if bound or where.stdio else _listen_problem(exc)
@@ -300,16 +297,6 @@ def _backend(args: argparse.Namespace) -> Backend | None:
         backend = backends.LocalBackend(host_network=args.host_network,
                                         pid_namespace=args.sandbox_pid_namespace)
     return backend
-
-
-def _placeholder_records() -> tuple[str, ...]:
-    """Where the server writes down the placeholders it makes (`_processes._leftovers`, which
-    the next server sweeps): read-only to sandboxed fs calls too, as to processes. Added after
-    the writable roots are checked: one over it (the user's home) holds it all the same."""
-    from .._processes import _leftovers
-
-    where = _leftovers.directory()
-    return () if where is None else (where,)
 
 
 def _backend_files(args: argparse.Namespace) -> list[str]:

@@ -1,8 +1,7 @@
 """The processes room: each spawned process from its preparation to its finalize (`_children`),
 how Linux runs it (`_posix`, `_cgroups`, the stage server `_zygote`), and the sandbox that
 carries out a policy (`_bwrap`, `_stage`, `_seccomp`, `_glob`, the ways to the server's own
-files `_ways`, the placeholders `_placeholders` and those a killed server left `_leftovers`,
-its refusal `_refusals`).
+files `_ways`, the placeholders `_placeholders`, its refusal `_refusals`).
 
 It gets the loop, ``feed`` and a backend, whose interface is the room's own (`_backend`:
 `Backend`, `ExecSpec`, `Refused`; `backends` names them for an embedder, and is this machine's);

@@ -46,7 +46,7 @@ from execproto.policy import (
     refusal,
 )
 
-from . import _forker, _glob, _hold, _leftovers, _seccomp, _stage
+from . import _forker, _glob, _hold, _seccomp, _stage
 from ._placeholders import Placeholders, can_make, reach
 from ._posix import STAGED, readlink
 from ._refusals import CannotEnforce as CannotEnforce  # named here as before
@@ -249,9 +249,7 @@ class Sandbox:
                 root = self._mounts(resolved)
                 if root == "none":
                     self._links(policy, resolved)
-                # What it made was missing when seen: harmless stale (`Placeholders`).
-                self.seen = [path for op, path, _ in self._ops
-                             if op != "placeholder" and path not in self.made]
+                self.seen = [path for op, path, _ in self._ops if op != "placeholder"]
                 uses = self._placeholders.take([rule.path for rule in resolved.rules],
                                                 self.made, self.seen, seen)
                 if uses is not None:
@@ -354,8 +352,6 @@ class Sandbox:
         # most of the setup's cost. The denying caps (the server's secrets) always hold.
         writes = any(rule.access == "write" for rule in policy.rules)
         caps = [cap for cap in policy.caps if writes or cap.access != "read"]
-        if writes and (records := _records()) is not None:
-            caps.append(records)
         self._ways = REMEMBERED.ways(tuple(cap.path for cap in caps), self._readlink)
         try:
             real = pinned(Policy.of([*policy.rules, *matched], policy.network, caps=caps),
@@ -498,15 +494,6 @@ class Sandbox:
         if len(self.made) > MAX_PLACEHOLDERS:
             raise CannotEnforce(f"the sandbox would make over {MAX_PLACEHOLDERS} "
                                 "directories for missing paths")
-        # The server makes them before the stage runs (`Placeholders.take`, so that they are
-        # written down), and the stage pins only the directories it made itself: those made
-        # on the way are pinned here, as the stage would (renaming one would carry the cover
-        # off). One missing still when the stage runs is skipped here, and made and pinned
-        # there.
-        for directory in reversed(missing[1:]):
-            if directory not in self._pinned:
-                self._pinned.add(directory)
-                self._ops.append(("pin", directory, ""))
         self._ops.append(("placeholder", path, ""))
 
     def _bind(self, access: str, path: str) -> None:
@@ -523,20 +510,6 @@ class Sandbox:
             view = view[os.write(fd, view):]
         os.lseek(fd, 0, os.SEEK_SET)
         return fd
-
-
-def _records() -> PathRule | None:
-    """The server's records of its placeholders (`_leftovers`), as a cap that holds them
-    read-only in every sandbox that may write, as the server's own files are: a sandbox that
-    could write them could have the next server's sweep remove what it named. (Twice where
-    the operator's command line names them too: a cap is kept once.)"""
-    if not _RECORDS:
-        where = _leftovers.directory()
-        _RECORDS.append(None if where is None else PathRule(path=where, access="read"))
-    return _RECORDS[0]
-
-
-_RECORDS: list[PathRule | None] = []  # `_records`, once found
 
 
 FORKER, HOLD = _Runner(_forker), _Runner(_hold)

@@ -3,13 +3,10 @@
 A protected path (a workspace's `.git`, `.codex`) that is missing where a sandbox may write
 gets an empty read-only directory mounted there for the sandbox's life, so that the command
 cannot create it (the next command, and the user's client, would trust what it put there).
-`_bwrap.Sandbox` plans it; the server makes it on the host as it counts it
-(`Placeholders.take`, written down: `_leftovers`), and the stage mounts on it
-(`_stage.Stage.placeholder`, which makes it itself where the server could not). This module
-says whether a path is reachable and whether a placeholder is needed there (`reach`,
-`can_make`), and keeps count of the placeholders live sandboxes use, so that each is removed
-once the last of them is gone (`Placeholders`). What a killed server could not remove so, the
-next one does (`_leftovers`: written down as made, swept at the next start).
+The stage makes the directory on the host (`_stage.Stage.placeholder`); `_bwrap.Sandbox`
+plans it; this module says whether a path is reachable and whether a placeholder is needed
+there (`reach`, `can_make`), and keeps count of the placeholders live sandboxes use, so that
+each is removed once the last of them is gone (`Placeholders`).
 """
 
 from __future__ import annotations
@@ -19,12 +16,8 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from ._posix import remove_empty_directory
-
-if TYPE_CHECKING:  # loaded at the first placeholder made, or the sweep (not at the start)
-    from ._leftovers import Journal
 
 
 def reach(path: str) -> str:
@@ -102,30 +95,7 @@ class Placeholders:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._uses: Counter[str] = Counter()
-        self._removals = 0
-        self._journal: Journal | None = None  # what this server made, from its first one
-
-    @property
-    def removals(self) -> int:
-        """How many times placeholders were removed: by this set's `release`, or by the
-        sweep. Read without the lock (ints, only compared)."""
-        return self._removals + _SWEEP.removals
-
-    @staticmethod
-    def sweep() -> None:
-        """Remove the placeholders servers that are gone left (`_leftovers.sweep`), once in
-        this process: by the backend, off the serving path and before its first sandboxed
-        start (the probe), and at the latest by the first `take`. A sandbox planned before
-        the sweep removed a placeholder it was to bind as it found it is planned again, as
-        after a `release`."""
-        with _SWEEP.lock:
-            if _SWEEP.done:
-                return
-            from . import _leftovers
-
-            if _leftovers.sweep():
-                _SWEEP.removals += 1
-            _SWEEP.done = True
+        self.removals = 0  # read without the lock: an int, and only compared
 
     def take(self, paths: list[str], made: set[str], looked: list[str], seen: int
              ) -> list[str] | None:
@@ -134,26 +104,13 @@ class Placeholders:
         if one was removed since ``seen`` (`removals` when it began looking) and a path it
         ``looked`` at (to bind, cover or pin) is gone."""
         ordered = sorted(paths)
-        self.sweep()
         with self._lock:
             if self.removals != seen and not all(map(os.path.lexists, looked)):
                 return None
-            new = made - self._uses.keys()
-            used = [place for place in (*self._uses, *new) if _at_or_above(place, ordered)]
+            used = [place for place in (*self._uses, *(made - self._uses.keys()))
+                    if _at_or_above(place, ordered)]
             self._uses.update(used)
-            if new:  # made here, written down (the stage finds them made), shallow first
-                self._made(sorted(new, key=lambda place: (place.count("/"), place)))
         return sorted(used, key=lambda place: (-place.count("/"), place))
-
-    def _made(self, new: list[str]) -> None:
-        """Make the ``new`` placeholders now, under the lock, written down (`_leftovers`), so
-        that a server killed while they are used leaves them to the next one's sweep. Under
-        the lock: another start that counts one finds it made, and does not make it itself."""
-        if self._journal is None:
-            from ._leftovers import Journal
-
-            self._journal = Journal()
-        self._journal.make(new)
 
     def release(self, uses: Iterable[str]) -> None:
         """A sandbox is gone (its pid namespace died with it): remove the placeholders no
@@ -166,28 +123,13 @@ class Placeholders:
                 if self._uses[path] > 0:
                     continue
                 del self._uses[path]
-                if self._journal is not None:  # struck off first: see `_leftovers`
-                    self._journal.forget(path)
                 remove_empty_directory(path)
                 removed = True
             if removed:  # after the removal: a sandbox that read the old count looked before
-                self._removals += 1
+                self.removals += 1
 
     def __len__(self) -> int:
         return len(self._uses)
-
-
-class _Sweep:
-    """The sweep of what killed servers left: once a process, whatever sets of placeholders it
-    holds (a backend's, the probe's)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.done = False
-        self.removals = 0  # 1 if it removed any: a plan made before it is made again
-
-
-_SWEEP = _Sweep()
 
 
 def _at_or_above(place: str, ordered: list[str]) -> bool:

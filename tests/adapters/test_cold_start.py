@@ -76,7 +76,7 @@ def test_serving_loads_nothing_of_the_client_or_the_other_adapters() -> None:
 # or at the first sandboxed start. Listed as they stand when the server prints its address:
 # the probe may load them any moment after.
 NOT_AT_START = (
-    "shutil", "tempfile", "random", "bz2", "lzma", "pathlib", "ctypes", "termios",
+    "shutil", "tempfile", "random", "bz2", "lzma", "pathlib", "ctypes", "termios", "shlex", "hmac",
     "execproto.policy", "execproto._links", "execproto._globs",
     "execproto.adapters._command._loaded", "execproto.adapters._files._beneath",
     "execproto.adapters._processes._bwrap", "execproto.adapters._processes._stage",

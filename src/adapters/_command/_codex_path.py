@@ -30,7 +30,6 @@ from __future__ import annotations
 import atexit
 import fcntl
 import os
-import shlex
 import sys
 from collections.abc import Callable, Iterable
 
@@ -85,6 +84,8 @@ def program_text(python: str = sys.executable) -> str:
     code = CODE.format(path=[entry for entry in sys.path if os.path.isabs(entry)])
     if len(python.encode()) < SHEBANG_MAX and not any(c.isspace() for c in python):
         return SCRIPT.format(python=python, code=code)
+    import shlex  # where the interpreter's path needs a shell: rare, and not at every start
+
     return THROUGH_SH.format(python=shlex.quote(python), code=shlex.quote(code))
 
 

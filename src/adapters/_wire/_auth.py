@@ -16,7 +16,6 @@ may know (a capability token's client learns only that it is missing or wrong).
 from __future__ import annotations
 
 import hashlib
-import hmac
 import string
 from collections.abc import Callable
 
@@ -104,6 +103,8 @@ class CapabilityToken(Authenticator):
             token = self._token() if callable(self._token) else self._token
             assert token is not None
             expected = _digest(token.encode())
+        import hmac  # at the first client with a token, not at a start
+
         return None if hmac.compare_digest(_digest(given), expected) else self.WRONG
 
     def reload(self, why: str = "SIGHUP") -> bool:

@@ -9,14 +9,11 @@ second."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from reference import REFERENCE, WHY_MISSING
+from reference import REFERENCE, WHY_MISSING, over_stdio
 
 from execproto import ConnectionOpened, MessageReceived, Send, ServerCore
 from execproto._methods import METHODS
@@ -44,32 +41,11 @@ def execproto_errors() -> dict[tuple[str, str], Any]:
 
 
 def reference_errors(tmp_path: Path) -> dict[tuple[str, str], Any]:
-    assert REFERENCE is not None
-    home = tmp_path / "home"
-    (home / ".codex").mkdir(parents=True)
-    env = dict(os.environ, HOME=str(home), CODEX_HOME=str(home / ".codex"))
-    server = subprocess.Popen([REFERENCE, "exec-server", "--listen", "stdio"], cwd=tmp_path,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, env=env)
-    watchdog = threading.Timer(60, server.kill)  # a reference that stops answering
-    watchdog.start()
-    assert server.stdin is not None and server.stdout is not None
     found = {}
-    try:
+    with over_stdio(tmp_path) as reference:
         for msg_id, (name, params) in enumerate(
                 ((name, params) for name in CALLED for params in NOT_STRUCTS), 1):
-            server.stdin.write(json.dumps({"id": msg_id, "method": name, "params": params})
-                               + "\n")
-            server.stdin.flush()
-            for line in server.stdout:  # one at a time: it exits at end of input unanswered
-                message = json.loads(line)
-                if message.get("id") == msg_id:
-                    found[name, json.dumps(params)] = message["error"]
-                    break
-    finally:
-        watchdog.cancel()
-        server.kill()
-        server.wait()
+            found[name, json.dumps(params)] = reference.call(msg_id, name, params)["error"]
     return found
 
 

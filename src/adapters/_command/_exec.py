@@ -1,11 +1,11 @@
 """``execproto exec URL -- CMD ARGS...``: run one command on an exec-server, like ``ssh host cmd``.
 
 The remote stdout and stderr go to the local ones byte for byte, written by a thread of their
-own (`_Writer`): a local reader that stalls (``| less``) blocks that thread, not the event loop,
+own (`Writer`): a local reader that stalls (``| less``) blocks that thread, not the event loop,
 which goes on answering the server's pings, and the next chunk is not taken until the last is
 written, so the client leaves it unacknowledged and the server pauses the remote process.
 Local stdin is forwarded when it is not a terminal, or with ``--tty`` as raw keystrokes
-(`_Keys`: ``~.`` at the start of a line disconnects, ``~~`` sends one ``~``, as in ssh).
+(`Keys`: ``~.`` at the start of a line disconnects, ``~~`` sends one ``~``, as in ssh).
 
 Exit statuses:
 
@@ -41,16 +41,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import queue
-import select
 import signal
 import ssl
 import sys
-import termios
-import threading
-import tty as ttymod
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from pathlib import Path
 
 import anyio
@@ -68,6 +63,7 @@ from ..client import (
     connect,
 )
 from ._errors import UsageError, leaves, unreachable
+from ._local import Backlog, Keys, LocalOutputFailed, Stderr, Writer, raw_terminal
 
 # Exit statuses of our own, as shells, timeout(1) and ssh use them.
 LOCAL_OUTPUT = 1
@@ -88,7 +84,7 @@ RESUME_TIMEOUT = 25.0
 SIZED = 'stty rows "$1" cols "$2" 2>/dev/null; shift 2; exec "$@"'
 # Keystrokes read while they cannot be sent (the connection is down) wait, up to this much.
 KEYS_BACKLOG = 1 << 20
-CTRL_C, TILDE, DOT, CR, LF = 3, ord("~"), ord("."), ord("\r"), ord("\n")
+CTRL_C = 3
 
 DESCRIPTION = """\
 Run one command on an exec-server, like "ssh host cmd". The remote stdout and
@@ -242,16 +238,9 @@ def _terminal_size() -> tuple[int, int] | None:
     return (rows, columns) if rows and columns else None
 
 
-class _Stderr:
-    """How exec's own lines end: on a raw terminal (--tty) a bare LF moves down without going
-    back to the left edge, so each line would start where the last ended."""
-
-    raw = False
-
-
 def _say(message: str) -> None:
     try:
-        print(f"execproto exec: {message}", end="\r\n" if _Stderr.raw else "\n",
+        print(f"execproto exec: {message}", end="\r\n" if Stderr.raw else "\n",
               file=sys.stderr, flush=True)
     except OSError:
         pass  # a stderr that cannot be written cannot be told so either
@@ -260,15 +249,6 @@ def _say(message: str) -> None:
 def _fail(message: str, status: int = FAILED) -> int:
     _say(message)
     return status
-
-
-class _LocalOutputFailed(Exception):
-    """Writing the remote output to the local stdout or stderr failed: a local problem."""
-
-    def __init__(self, fd: int, error: OSError) -> None:
-        super().__init__(fd, error)
-        self.name = "stdout" if fd == 1 else "stderr"
-        self.error = error
 
 
 class _Session:
@@ -382,11 +362,11 @@ class _Session:
             except RemoteError as error:
                 return self._not_started(error)
             self.proc = proc
-            writer = _Writer()
-            failed: _LocalOutputFailed | None = None
+            writer = Writer()
+            failed: LocalOutputFailed | None = None
             try:
                 # Raw only once the command runs: until then Ctrl-C is a signal, and ends exec.
-                with _raw_terminal(self.terminal):
+                with raw_terminal(self.terminal):
                     async with anyio.create_task_group() as group:
                         if self.terminal:
                             group.start_soon(self._forward_keys, proc)
@@ -396,7 +376,7 @@ class _Session:
                             group.start_soon(self._pass_resizes, proc, size)
                         try:
                             await _copy_output(proc, writer)
-                        except _LocalOutputFailed as error:
+                        except LocalOutputFailed as error:
                             failed = error
                         else:
                             result = await proc.wait()
@@ -442,15 +422,15 @@ class _Session:
     async def _forward_keys(self, proc: Process) -> None:
         """--tty on a terminal: keystrokes are read even while they cannot be sent (the
         connection is down), so that Ctrl-C and ~. still give up then."""
-        typed = _Backlog(KEYS_BACKLOG)
+        typed = Backlog(KEYS_BACKLOG)
         async with anyio.create_task_group() as group:
             group.start_soon(self._read_keys, typed)
             with suppress(BrokenPipeError, ExecError):  # the process or the session is gone
                 while data := await typed.take():
                     await proc.write(data)
 
-    async def _read_keys(self, typed: _Backlog) -> None:
-        keys = _Keys()
+    async def _read_keys(self, typed: Backlog) -> None:
+        keys = Keys()
         while True:
             await anyio.wait_readable(0)
             try:
@@ -494,7 +474,7 @@ async def _quietly(call: Callable[[], Awaitable[object]]) -> None:
         pass
 
 
-async def _local_output_failed(proc: Process, failed: _LocalOutputFailed) -> int:
+async def _local_output_failed(proc: Process, failed: LocalOutputFailed) -> int:
     """The local stdout or stderr cannot be written: exec's own problem, not the server's. The
     remote process is terminated (GIVE_UP at most); a closed pipe is not remarked on, as a
     shell does not remark on a command that SIGPIPE ended."""
@@ -507,130 +487,9 @@ async def _local_output_failed(proc: Process, failed: _LocalOutputFailed) -> int
     return LOCAL_OUTPUT
 
 
-async def _copy_output(proc: Process, writer: _Writer) -> None:
+async def _copy_output(proc: Process, writer: Writer) -> None:
     async for chunk in proc.output():
         await writer.write(2 if chunk.stream == "stderr" else 1, chunk.data)
-
-
-class _Writer:
-    """Writes to the local stdout and stderr from a thread of its own, one chunk at a time.
-
-    The event loop waits for each write on a pipe the thread signals through, so it goes on
-    serving the connection (pings, acks) while a write blocks; not taking the next chunk
-    meanwhile is the backpressure. A daemon thread: a write still blocked when exec ends (a
-    signal, --timeout) does not keep the process alive.
-    """
-
-    def __init__(self) -> None:
-        self._wake_read, self._wake_write = os.pipe()
-        os.set_blocking(self._wake_read, False)
-        self._jobs: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
-        self._sent = 0
-        self._done = 0  # written by the thread only
-        self._failed: _LocalOutputFailed | None = None
-        threading.Thread(target=self._serve, name="execproto exec output", daemon=True).start()
-
-    async def write(self, fd: int, data: bytes) -> None:
-        self._sent += 1
-        self._jobs.put((fd, data))
-        while self._done < self._sent:
-            await anyio.wait_readable(self._wake_read)
-            with suppress(BlockingIOError):
-                os.read(self._wake_read, 512)
-        if self._failed is not None:
-            raise self._failed
-
-    def close(self) -> None:
-        """Let the thread end once it is done with what it has (it closes the pipe)."""
-        self._jobs.put(None)
-
-    def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fd, data = job
-            try:
-                _write_all(fd, data)
-            except OSError as error:
-                self._failed = self._failed or _LocalOutputFailed(fd, error)
-            self._done += 1
-            os.write(self._wake_write, b"w")
-        os.close(self._wake_read)
-        os.close(self._wake_write)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view):]
-        except BlockingIOError:  # a non-blocking stdout we inherited: wait for room
-            select.select([], [fd], [])
-
-
-class _Backlog:
-    """Bytes on their way from a reader to a writer, at most ``limit`` of them waiting (past
-    it the reader waits too)."""
-
-    def __init__(self, limit: int) -> None:
-        self._data = bytearray()
-        self._limit = limit
-        self._closed = False
-        self._changed = anyio.Event()
-
-    async def put(self, data: bytes) -> None:
-        while len(self._data) >= self._limit:
-            await self._wait()
-        self._data += data
-        self._notify()
-
-    def close(self) -> None:
-        self._closed = True
-        self._notify()
-
-    async def take(self) -> bytes:
-        """Everything waiting, once there is something; b"" once closed and empty."""
-        while not self._data and not self._closed:
-            await self._wait()
-        data = bytes(self._data)
-        self._data.clear()
-        self._notify()
-        return data
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    async def _wait(self) -> None:
-        await self._changed.wait()
-
-
-class _Keys:
-    """ssh's escapes in keystrokes typed on a raw terminal: after Enter (or as the first
-    input), ``~.`` disconnects and ``~~`` sends one ``~``; a ``~`` before anything else is
-    sent with it, and a ``~`` anywhere else is a ``~``."""
-
-    def __init__(self) -> None:
-        self.line_start = True
-        self.tilde = False  # a ~ at the start of a line, held back until the next key
-
-    def feed(self, data: bytes) -> tuple[bytes, bool]:
-        """What to send of ``data``, and whether ``~.`` was typed (what follows it is not)."""
-        if not self.tilde and TILDE not in data:  # the common case, a key at a time or a paste
-            self.line_start = data[-1] in (CR, LF)
-            return data, False
-        out = bytearray()
-        for key in data:
-            if self.tilde:
-                self.tilde = False
-                if key == DOT:
-                    return bytes(out), True
-                if key != TILDE:
-                    out.append(TILDE)
-            elif self.line_start and key == TILDE:
-                self.tilde = True
-                continue
-            out.append(key)
-            self.line_start = key in (CR, LF)
-        return bytes(out), False
 
 
 async def _forward_stdin(proc: Process) -> None:
@@ -653,18 +512,3 @@ async def _forward_stdin(proc: Process) -> None:
         pass  # the remote process closed its stdin or exited: nothing more to give it
     except ExecError:
         pass  # the session is gone: the output side says so
-
-
-@contextmanager
-def _raw_terminal(raw: bool) -> Iterator[None]:
-    if not raw:
-        yield
-        return
-    saved = termios.tcgetattr(0)
-    ttymod.setraw(0, termios.TCSADRAIN)  # not TCSAFLUSH: keys typed while connecting stay
-    _Stderr.raw = True
-    try:
-        yield
-    finally:
-        _Stderr.raw = False
-        termios.tcsetattr(0, termios.TCSADRAIN, saved)

@@ -10,7 +10,10 @@ Two targets, each a hypothesis test that pytest collects and that atheris can dr
   never issued, output after EOF, a second exit, a close of an unknown connection, ...), among
   clients' calls of every method of the registry (`execproto._methods`) and what those calls
   make possible (fs completions, watch firings, http answers and bodies, forward connects,
-  data, EOFs and writes, stdin written). ``handle()`` returns actions or raises
+  data, EOFs and writes, stdin written), and the managed network proxy's: processes started
+  with one (``networkProxy``), its questions (`ProxyAsked`, about hosts its policy allows,
+  refuses and misses, and for processes without one or gone), the client's answers to its
+  decider's ``network/policyRequest``. ``handle()`` returns actions or raises
   `LocalProtocolError`; after that error the core refuses every further call
   (`ServerCore.error`), so the example stops there. Otherwise the adapter then does its part
   (`settle`) and every call on an open connection must have been answered; then every client
@@ -23,7 +26,10 @@ exactly one of result/error) addressed to an open connection; `Finalize` comes o
 spawned), and `ResizeTerminal` only a process with a terminal. The sequences check more: a call
 is answered at most once; an op, watch or forward stream is never issued twice; forward actions
 only for a live stream, pauses and resumes alternating; `CancelHttp` only for a running call;
-`Unwatch` and `EndSession` once; `WriteStdin` only to a running process.
+`Unwatch` and `EndSession` once; `WriteStdin` only to a running process; each `ProxyAsked`
+gets one `AnswerProxy` (by the end: a decider's silence times out), letting through only for a
+process spawned with a proxy and not finalized, a SOCKS5 refusal a code and an HTTP one a
+response; the server's one request, ``network/policyRequest``, is about an open question.
 
 Each example builds a fresh core (cheap next to generating the example), so examples are
 independent and a failure replays from hypothesis' printed example alone.
@@ -63,6 +69,7 @@ from hypothesis import strategies as st
 import execproto
 from execproto import (
     Action,
+    AnswerProxy,
     CancelHttp,
     CloseConnection,
     Config,
@@ -84,6 +91,7 @@ from execproto import (
     OutputReceived,
     ProcessExited,
     ProcessSpawned,
+    ProxyAsked,
     ResizeTerminal,
     RpcError,
     RunFs,
@@ -103,6 +111,7 @@ from execproto import (
     WriteStdin,
 )
 from execproto._methods import METHODS
+from execproto._netproxy import normalize_host
 from execproto.actions import CloseForward, OpenForward, PauseForward, ResumeForward, WriteForward
 from execproto.events import (
     ForwardConnected,
@@ -112,6 +121,7 @@ from execproto.events import (
     ForwardUnrouted,
     ForwardWritten,
 )
+from execproto.netproxy import Question
 
 # Examples per target.
 EXAMPLES = int(os.environ.get("EXECPROTO_FUZZ_EXAMPLES", "1000"))
@@ -151,6 +161,10 @@ ISSUED, RESPONDED = "issued", "responded"  # an http call (done ones are forgott
 CONNECTING, OPEN, ENDED = "connecting", "open", "ended"  # a forward stream (ENDED: the target's
 # EOF came; closed ones are forgotten)
 
+# The requests the server sends a client of its own (the managed proxy's decider).
+SERVER_REQUESTS = ("network/policyRequest",)
+SOCKS = ("socks5_tcp", "socks5_udp")
+
 # The sequences' calls: (method, "sent" | "result" | "error") -> how many, summed over the
 # examples run in this process: to see how a run covers the methods (not a test: hypothesis draws
 # unevenly, and one method may come a few times only; `test_methods` checks they are all drawn).
@@ -173,7 +187,8 @@ def check_send(data: bytes) -> dict[str, Any]:
     assert message.get("jsonrpc") == "2.0", message
     if "method" in message:
         assert isinstance(message["method"], str), message
-        assert "id" not in message, f"the server sent a request: {message}"
+        assert "id" not in message or message["method"] in SERVER_REQUESTS, (
+            f"the server sent a request: {message}")
     else:
         assert "id" in message, f"a response without an id: {message}"
         msg_id = message["id"]
@@ -221,6 +236,10 @@ class World:
         "closing",
         "eofs",
         "stdin",
+        "proxied",
+        "asks",
+        "proxy_asks",
+        "policy_requests",
     )
 
     def __init__(self, config: Config = CONFIG) -> None:
@@ -256,6 +275,12 @@ class World:
         self.closing: set[int] = set()  # open connections the core asked the adapter to close
         self.eofs: set[tuple[int, str]] = set()  # (proc, stream) reported closed
         self.stdin: dict[int, int] = {}  # proc -> stdin bytes asked written, not yet reported
+        # The managed network proxy: procs whose Spawn carried one; its questions (`ProxyAsked`,
+        # by ask) not yet answered; the decider's questions to a client, (conn, id) -> ask.
+        self.proxied: set[int] = set()
+        self.asks = 0
+        self.proxy_asks: dict[int, ProxyAsked] = {}
+        self.policy_requests: dict[tuple[int, int], int] = {}
 
     def mint(self) -> str:
         self.minted += 1
@@ -275,6 +300,11 @@ class World:
             for key in [key for key in self.asked if key[0] == event.conn]:
                 del self.asked[key]
                 self.dropped.add(key[1])
+            for key in [key for key in self.policy_requests if key[0] == event.conn]:
+                del self.policy_requests[key]
+        elif isinstance(event, ProxyAsked):
+            assert event.ask not in self.proxy_asks, f"ask reused: {event!r}"
+            self.proxy_asks[event.ask] = event
         elif isinstance(event, ProcessSpawned):
             self.reported.add(event.proc)
         elif isinstance(event, ProcessExited):
@@ -365,6 +395,8 @@ class World:
             if isinstance(action, Send):
                 assert action.conn in self.conns, f"Send to closed connection: {action!r}"
                 self.check_answer(action.conn, check_send(action.data))
+            elif isinstance(action, AnswerProxy):
+                self.check_proxy_answer(action)
             elif isinstance(action, CloseConnection):
                 assert action.conn in self.conns, f"closing a closed connection: {action!r}"
                 self.closing.add(action.conn)
@@ -373,6 +405,8 @@ class World:
                 self.spawned.add(action.proc)
                 self.procs.append(action.proc)
                 self.tty[action.proc] = action.spec.tty
+                if action.spec.proxy is not None:
+                    self.proxied.add(action.proc)
             elif isinstance(action, (RunFs, RunHttp, WatchMissing)):
                 assert action.op not in self.ops, f"op reused: {action!r}"
                 self.ops.append(action.op)
@@ -414,8 +448,13 @@ class World:
                     assert 1 <= action.rows <= 65535 and 1 <= action.cols <= 65535, action
 
     def check_answer(self, conn: int, message: dict[str, Any]) -> None:
-        """A response to a request the sequence sent comes once, on the request's connection."""
+        """A response to a request the sequence sent comes once, on the request's connection.
+        A request of the server's (the decider asked) is for a question still open."""
         if "method" in message:
+            if "id" in message:
+                ask = self.open_question(message)
+                assert (conn, message["id"]) not in self.policy_requests, message
+                self.policy_requests[conn, message["id"]] = ask
             return
         msg_id = message.get("id")
         key = (conn, msg_id)
@@ -427,6 +466,31 @@ class World:
         assert key not in self.answered, f"answered twice: {message!r}"
         self.answered.add(key)
         SEQUENCE_ANSWERS[self.asked[key], "result" if "result" in message else "error"] += 1
+
+    def open_question(self, message: dict[str, Any]) -> int:
+        """The open `ProxyAsked` a ``network/policyRequest`` is about (its process and what)."""
+        params = message.get("params", {})
+        request = params.get("request", {})
+        for ask, event in self.proxy_asks.items():
+            q = event.question
+            if (request.get("host"), request.get("port"), request.get("protocol")) == (
+                    normalize_host(q.host), q.port, q.protocol) and event.proc in self.proxied:
+                return ask
+        raise AssertionError(f"the client asked about no open question: {message!r}")
+
+    def check_proxy_answer(self, action: AnswerProxy) -> None:
+        """Each question is answered once; only a process with a proxy, not yet finalized, has
+        any let through; a refusal is a SOCKS5 code for SOCKS5, an HTTP answer otherwise."""
+        asked = self.proxy_asks.pop(action.ask, None)
+        assert asked is not None, f"an answer to no open question: {action!r}"
+        assert not action.allow or asked.proc in self.proxied, (
+            f"let through for a process without a proxy: {action!r} to {asked!r}")
+        assert not action.allow or asked.proc not in self.finalized, (
+            f"let through for a process finalized: {action!r} to {asked!r}")
+        if not action.allow:
+            socks = asked.question.protocol in SOCKS
+            assert (action.refusal is None) == socks, f"{action!r} to {asked.question!r}"
+            assert action.socks_code, action
 
     def check_family_action(self, action: Action) -> None:
         """An http or forward action: for a call in a phase that allows it."""
@@ -1079,6 +1143,41 @@ def _open(w: World, k: int, hello: dict[str, Any]) -> list[Event]:
             MessageReceived(conn=conn, data=INITIALIZED)]
 
 
+def _proxied_start(w: World, k: int, process_id: str, proxy: dict[str, Any],
+                   extra: dict[str, Any]) -> list[Event]:
+    """A `process/start` with a managed network proxy (``networkProxy``), on an open conn."""
+    conn = pick_conn(w, k)
+    params = _start(process_id, networkProxy=proxy, **extra)
+    return [MessageReceived(conn=conn, data=w.request_frame(conn, ("process/start", params)))]
+
+
+def _proxy_asked(w: World, k: int, question: Question) -> list[Event]:
+    """A process's proxy asked about a connection: mostly a live process with a proxy; 57-60,
+    or when there is none, any process issued (without a proxy, or gone); 61-63 one never
+    issued."""
+    chosen = [p for p in w.procs if p in w.proxied and p in w.reported and p not in w.finalized]
+    if k >= 57 or not chosen:
+        proc = pick_proc(w, k)
+    else:
+        proc = chosen[len(chosen) - 1 - k % len(chosen)]
+    w.asks += 1
+    return [ProxyAsked(proc=proc, ask=w.asks, question=question, wall=WALL + w.now)]
+
+
+def _policy_answer(w: World, k: int, answer: dict[str, Any]) -> list[Event]:
+    """The client answers the decider's question (`network/policyRequest`); 61-63: an id it was
+    never asked (the core closes that connection)."""
+    if k >= WRONG and w.conns:
+        key = (min(w.conns), 10_000 + k)
+    elif w.policy_requests:
+        keys = sorted(w.policy_requests)
+        key = keys[len(keys) - 1 - k % len(keys)]
+        del w.policy_requests[key]
+    else:
+        raise Skip
+    return [MessageReceived(conn=key[0], data=encode({"jsonrpc": "2.0", "id": key[1], **answer}))]
+
+
 def _finish(w: World, k: int, returncode: int) -> list[Event]:
     """The exit and then every EOF of a process: the common way to reach CLOSED."""
     proc = pick_proc_in(w, k, "running")
@@ -1152,6 +1251,9 @@ RESOLVE: dict[str, Callable[..., list[Event]]] = {
         FinalizeFailed(proc=pick_in(w.procs, sorted(w.finalized), k), error="EBUSY")
     ],
     "tick": lambda w: [Tick()],
+    "proxied_start": _proxied_start,
+    "proxy_asked": _proxy_asked,
+    "policy_answer": _policy_answer,
 }
 # The server stopping. Rare (its step is drawn rarely, and then one in four stops the server),
 # or few sequences would get deep before it.
@@ -1261,6 +1363,62 @@ rpc_errors = st.none() | st.builds(
 )
 kinds = st.sampled_from(["spawnNotFound", "spawnPermissionDenied", "spawnFailed"])
 
+# The managed network proxy: a policy that allows some hosts, refuses others and reviews one;
+# launched with or without a decider (whose silence lasts one second at most), a sandbox, a
+# terminal; and the questions its listeners ask, about hosts it allows, refuses, misses and
+# local ones, on every protocol.
+WALL = 1_800_000_000.0
+PROXY: dict[str, Any] = {
+    "enabled": True, "enableSocks5": True, "enableSocks5Udp": True, "allowUpstreamProxy": False,
+    "dangerouslyAllowAllUnixSockets": False, "mode": "full", "allowLocalBinding": False,
+    "domains": {"blocked.example": "deny", "example.com": "allow", "**.example.org": "allow",
+                "review.example": "allow", "10.0.0.1": "allow"},
+    "unixSockets": None, "reviewDomains": ["review.example"],
+}
+proxy_launches = st.fixed_dictionaries(
+    {"proxy": st.fixed_dictionaries(
+        {"mode": st.sampled_from(["full", "limited"]), "allowLocalBinding": st.booleans(),
+         "domains": st.sampled_from([PROXY["domains"], {"*": "allow", "blocked.example": "deny"},
+                                     None])},
+    ).map(lambda changes: {**PROXY, **changes})},
+    optional={"policyDecisionTimeoutMs": st.sampled_from([1, 1000]),
+              "environmentId": st.just("remote")},
+)
+proxied_extras = st.fixed_dictionaries(
+    {}, optional={"sandbox": st.sampled_from(SANDBOXES), "tty": st.booleans(),
+                  "enforceManagedNetwork": st.booleans()},
+)
+_HOSTS = ["example.com", "EXAMPLE.com.", "a.example.org", "blocked.example", "review.example",
+          "other.test", "localhost", "127.0.0.1", "10.0.0.1", "[::1]", "::1", ""]
+_ADDRESSES = [(), ("93.184.215.14",), ("127.0.0.1",), ("10.0.0.1",), ("93.184.215.14", "::1")]
+_METHODS_BY_PROTOCOL = {"http": ["GET", "POST", "HEAD", "OPTIONS", "get"],
+                        "https_connect": ["CONNECT"], "socks5_tcp": [None], "socks5_udp": [None]}
+
+
+def _question(protocol: Any, host: str, port: int, addresses: tuple[str, ...],
+              which: int) -> Question:
+    methods = _METHODS_BY_PROTOCOL[protocol]
+    return Question(protocol=protocol, host=host, port=port, method=methods[which % len(methods)],
+                    client="127.0.0.1:40000", addresses=addresses)
+
+
+MISSED = Question(protocol="https_connect", host="other.test", port=443, method="CONNECT",
+                  client="127.0.0.1:40000", addresses=("93.184.215.16",))
+questions = st.builds(
+    _question,
+    st.sampled_from(["http", "https_connect", "socks5_tcp", "socks5_udp"]),
+    st.sampled_from(_HOSTS), st.sampled_from([80, 443, 8080, 0, 65535]),
+    st.sampled_from(_ADDRESSES), st.integers(0, 4),
+)
+policy_answers = st.sampled_from([
+    {"result": {"decision": {"type": "allow"}}},
+    {"result": {"decision": {"type": "deny", "reason": "no"}}},
+    {"result": {"decision": {"type": "deny", "reason": ""}}},
+    {"result": {"decision": {"type": "deny"}}},
+    {"result": {}}, {"result": None}, {"result": "allow"},
+    {"error": {"code": -1, "message": "no"}},
+])
+
 
 def _step(kind: str, *args: st.SearchStrategy[Any]) -> st.SearchStrategy[tuple[Any, ...]]:
     return st.tuples(st.just(kind), *args)
@@ -1302,6 +1460,10 @@ STEPS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
                            st.sampled_from([False, False, False, True])),
     "finalize_failed": _step("finalize_failed", HANDLE),
     "tick": _step("tick"),
+    "proxied_start": _step("proxied_start", HANDLE, NAMED["processId"], proxy_launches,
+                           proxied_extras),
+    "proxy_asked": _step("proxy_asked", HANDLE, questions),
+    "policy_answer": _step("policy_answer", HANDLE, policy_answers),
 }
 if Shutdown is not None:
     STEPS["shutdown"] = _step("shutdown", HANDLE)
@@ -1310,7 +1472,7 @@ if Drain is not None:
 # Client messages and process events are where the state is; weight them up. (Weights by
 # repeats in a `sampled_from`: `one_of` draws its branches about evenly, repeats or not.)
 _WEIGHTS = {"message": 12, "open": 2, "spawned": 2, "output": 2, "finish": 2, "fs_done": 3,
-            "forward_connected": 2}
+            "forward_connected": 2, "proxy_asked": 3, "policy_answer": 2}
 _STEP_KINDS = st.sampled_from([k for k in STEPS for _ in range(_WEIGHTS.get(k, 1))])
 
 
@@ -1328,12 +1490,13 @@ def _call(w: World, conn: int, method: str, params: dict[str, Any]) -> list[Acti
 
 def event_prelude(w: World, level: int) -> None:
     """Level 1: conn 1 handshaken, "p" starting (proc 1). Level 2: also spawned, with output, a
-    long-poll read pending, and conn 2 handshaken. Level 3: also, on conn 2 (where most calls
-    go: the newest connection), "t" running with a terminal and stdin written to it, not yet
-    reported, and a call of every other family under way: fs handles "h" (to read) and "i" (to
-    write) open, forward stream 1 connected and stream 2 connecting, a streamed http response
-    begun ("r"), a watch watching, a file read waiting for the adapter. Short sequences then
-    start deep."""
+    long-poll read pending, and conn 2 handshaken, with "q" running under a managed network
+    proxy whose client decides the misses, and asked about one. Level 3: also, on conn 2
+    (where most calls go: the newest connection), "t" running with a terminal and stdin
+    written to it, not yet reported, and a call of every other family under way: fs handles
+    "h" (to read) and "i" (to write) open, forward stream 1 connected and stream 2 connecting,
+    a streamed http response begun ("r"), a watch watching, a file read waiting for the
+    adapter. Short sequences then start deep."""
     if level == 0:
         return
     w.feed(ConnectionOpened(conn=1, session_id=w.mint()))
@@ -1349,10 +1512,14 @@ def event_prelude(w: World, level: int) -> None:
     w.feed(ConnectionOpened(conn=2, session_id=w.mint()))
     w.feed(MessageReceived(conn=2, data=request(1, "initialize", {"clientName": "g"})))
     w.feed(MessageReceived(conn=2, data=INITIALIZED))
+    _call(w, 2, "process/start", _start("q", networkProxy={"proxy": PROXY,
+                                                            "policyDecisionTimeoutMs": 1000}))
+    w.feed(ProcessSpawned(proc=w.procs[-1], pid=4243))
+    w.feed(_proxy_asked(w, 0, MISSED)[0])  # the client is asked, and has a second to answer
     if level == 2:
         return
     _call(w, 2, "process/start", _start("t", tty=True))
-    w.feed(ProcessSpawned(proc=w.procs[-1], pid=4243))
+    w.feed(ProcessSpawned(proc=w.procs[-1], pid=4244))
     _call(w, 2, "process/write", {"processId": "t", "chunk": "aGk=", "writeId": "0"})
     _call(w, 2, "fs/open", {"handleId": "h", "path": "file:///x"})
     w.feed(FsCompleted(op=w.ops[-1], result={}))
@@ -1460,12 +1627,21 @@ def event_sequences(
         unanswered = [(conn, msg_id, method) for (conn, msg_id), method in w.asked.items()
                       if (conn, msg_id) not in w.answered and conn not in w.closing]
         assert not unanswered, f"never answered, though the adapter did its part: {unanswered}"
+        # The proxy's questions too: the decider's silence has run out by now.
+        assert not w.proxy_asks, f"the proxy was never answered: {list(w.proxy_asks.values())}"
         for event in wind_down(w):
             fed.append(event)
             w.feed(event)
         w.run_out_timers(100)
         assert w.core.next_deadline() is None, "time passed, and something still waits on it"
+        assert not w.proxy_asks, f"the proxy was never answered: {list(w.proxy_asks.values())}"
         kept = leftovers(w.core)
+        # A finding the core does not yet meet, tolerated while its xfail test stands (so the
+        # fuzzer goes on finding others; drop these lines with the mark): a process that ran
+        # to its end keeps its proxy's launch (tests/core/test_fuzz_findings.py,
+        # test_a_proxied_process_that_ends_leaves_nothing_behind).
+        if set(w.core._launches) <= w.finalized:
+            kept.pop("_launches", None)
         assert not kept, f"every client gone and every process over, the core still holds {kept}"
     except LocalProtocolError:
         return  # the adapter's mistake, reported as such; the core is unusable now

@@ -240,7 +240,6 @@ class World:
         "asks",
         "proxy_asks",
         "policy_requests",
-        "just_closed",
     )
 
     def __init__(self, config: Config = CONFIG) -> None:
@@ -282,7 +281,6 @@ class World:
         self.asks = 0
         self.proxy_asks: dict[int, ProxyAsked] = {}
         self.policy_requests: dict[tuple[int, int], int] = {}
-        self.just_closed: int | None = None  # the conn of the `ConnectionClosed` being judged
 
     def mint(self) -> str:
         self.minted += 1
@@ -304,7 +302,6 @@ class World:
                 self.dropped.add(key[1])
             for key in [key for key in self.policy_requests if key[0] == event.conn]:
                 del self.policy_requests[key]
-            self.just_closed = event.conn
         elif isinstance(event, ProxyAsked):
             assert event.ask not in self.proxy_asks, f"ask reused: {event!r}"
             self.proxy_asks[event.ask] = event
@@ -322,7 +319,6 @@ class World:
         else:
             self.saw_family_event(event)
         self.check(actions)
-        self.just_closed = None
         return actions
 
     def saw_family_event(self, event: Event) -> None:
@@ -397,8 +393,6 @@ class World:
         for action in actions:
             assert isinstance(action, ACTION_TYPES), f"not an action: {action!r}"
             if isinstance(action, Send):
-                if self.known_send(action):
-                    continue
                 assert action.conn in self.conns, f"Send to closed connection: {action!r}"
                 self.check_answer(action.conn, check_send(action.data))
             elif isinstance(action, AnswerProxy):
@@ -452,14 +446,6 @@ class World:
                 if isinstance(action, ResizeTerminal):
                     assert self.tty[proc], f"a terminal resized without one: {action!r}"
                     assert 1 <= action.rows <= 65535 and 1 <= action.cols <= 65535, action
-
-    def known_send(self, action: Send) -> bool:
-        """A finding the core does not yet meet, tolerated while its xfail test stands (so the
-        fuzzer goes on finding others; drop this with the mark): the connection closing is
-        sent the decisions on its client's open questions (tests/core/test_fuzz_findings.py,
-        test_a_connection_closed_while_its_client_decides_is_sent_nothing)."""
-        return (action.conn == self.just_closed and action.conn not in self.conns
-                and check_send(action.data).get("method") == "network/policyDecision")
 
     def check_answer(self, conn: int, message: dict[str, Any]) -> None:
         """A response to a request the sequence sent comes once, on the request's connection.
@@ -1650,12 +1636,6 @@ def event_sequences(
         assert w.core.next_deadline() is None, "time passed, and something still waits on it"
         assert not w.proxy_asks, f"the proxy was never answered: {list(w.proxy_asks.values())}"
         kept = leftovers(w.core)
-        # A finding the core does not yet meet, tolerated while its xfail test stands (so the
-        # fuzzer goes on finding others; drop these lines with the mark): a process that ran
-        # to its end keeps its proxy's launch (tests/core/test_fuzz_findings.py,
-        # test_a_proxied_process_that_ends_leaves_nothing_behind).
-        if set(w.core._launches) <= w.finalized:
-            kept.pop("_launches", None)
         assert not kept, f"every client gone and every process over, the core still holds {kept}"
     except LocalProtocolError:
         return  # the adapter's mistake, reported as such; the core is unusable now

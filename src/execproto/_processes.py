@@ -547,6 +547,7 @@ class ProcessHandlers(CoreState):
 
     def _retire(self, process: Process) -> None:
         del self._procs[process.proc]
+        self._launches.pop(process.proc, None)  # its proxy is closed: asks of it find it gone
         self._reclaimed.discard(process.proc)
         self._finalized[process.proc] = process
         kept = process.log.retained_bytes

@@ -422,13 +422,15 @@ class ServerCore(ProcessHandlers, ServiceHandlers, ProxyHandlers):
         self._drop_ops(c)
         if self._fs is not None:
             self._fs.closed(c)
-        self._asks_closed(c.conn)
         if self._forwarding is not None:
             self._forwarding.closed(c.conn)
         session = c.session
         if session is not None:
             session.detached_at = self._now
             self._carry_out_session(session, session.life.event(SessionInput.DETACHED))
+        # Its questions are denied once its session is detached: no decision is then sent to
+        # the connection that is gone.
+        self._asks_closed(c.conn)
         del self._conns[event.conn]
         self.stats.connection_closed(event.conn)
         if session is not None:

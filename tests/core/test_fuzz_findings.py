@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from execproto import (
     Action,
     AnswerProxy,
@@ -87,9 +85,6 @@ PROXY = {"enabled": True, "enableSocks5": False, "enableSocks5Udp": False,
          "allowLocalBinding": False, "domains": {"example.com": "allow"}, "unixSockets": None}
 
 
-@pytest.mark.xfail(strict=True, reason="a closed process's proxy launch is never dropped: "
-                   "_retire deletes it from _procs and only _forget pops _launches, so the "
-                   "core keeps one ProxyLaunch per proxied process that ran to its end")
 def test_a_proxied_process_that_ends_leaves_nothing_behind() -> None:
     """A process started with ``networkProxy`` exits and closes its streams; its client goes
     and every deadline passes: the core holds nothing of it, its proxy's launch included."""
@@ -109,10 +104,6 @@ def test_a_proxied_process_that_ends_leaves_nothing_behind() -> None:
     assert not a.core._launches, a.core._launches
 
 
-@pytest.mark.xfail(strict=True, reason="a closed connection is sent the decider's decisions: "
-                   "_on_connection_closed settles the connection's asks (_asks_closed) while "
-                   "the session is still attached to it, so _decided notifies "
-                   "network/policyDecision on the connection the adapter has closed")
 def test_a_connection_closed_while_its_client_decides_is_sent_nothing() -> None:
     """The proxy of a process whose client decides misses is asked about one; the client's
     connection closes before it answers: the question is refused, and nothing is sent to the

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Any
 
 import pytest
@@ -313,9 +314,15 @@ def test_the_host_loopback_only_when_allowed_and_never_the_servers_port(
     server host's loopback only under --forward-loopback, and never the server's own port."""
     service = world.inside(world.server, lambda: socket.create_server(("127.0.0.1", 0)))
     port = service.getsockname()[1]
-    threading.Thread(target=lambda: [c.sendall(b"host") or c.close()
-                                     for c in iter(lambda: service.accept()[0], None)],
-                     daemon=True).start()
+
+    def serve() -> None:
+        with suppress(OSError):  # until the test closes the socket it accepts on
+            while True:
+                conn = service.accept()[0]
+                conn.sendall(b"host")
+                conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
     for allowed in (False, True):
         flags = ("--host-network", *(("--forward-loopback",) if allowed else ()))
         server = Server("trio", *flags, prefix=world.prefix())

@@ -181,13 +181,6 @@ class Tree:
             return "the kernel has no cgroup.kill (Linux 5.14 or later is needed)"
         return None
 
-    @staticmethod
-    def possible() -> bool:
-        """Whether `create` can succeed here (without making anything)."""
-        mount = _hierarchy()
-        return mount is not None and os.access(os.path.join(mount, _own().lstrip("/")),
-                                               os.W_OK)
-
     # -- one process's cgroup, as the driver sees it ----------------------------------------
 
     def place(self, proc: int) -> str | None:

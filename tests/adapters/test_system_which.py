@@ -1,5 +1,6 @@
-"""`_system.which` gives `shutil.which`'s answers (a start finds programs with it, so as not to
-import shutil): the same file, or None, for every kind of name and PATH."""
+"""What a start finds without importing shutil, found as shutil finds it: `_system.which` gives
+`shutil.which`'s answers for every kind of name and PATH, and the command line's width is
+`shutil.get_terminal_size`'s."""
 
 from __future__ import annotations
 
@@ -39,3 +40,17 @@ def test_which_answers_as_shutil(tree: Path, monkeypatch: pytest.MonkeyPatch) ->
             assert which(name, path) == shutil.which(name, path=path), (name, path)
     monkeypatch.delenv("PATH")
     assert which("sh") == shutil.which("sh")
+
+
+@pytest.mark.parametrize("columns", ["57", "0", "-3", "wide", None])
+def test_the_parsers_width_is_shutils(columns: str | None,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """argparse's formatters get the width `shutil.get_terminal_size` would give them (the
+    command line finds it itself, so as not to import shutil at a start)."""
+    from execproto.adapters import cli
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert cli._columns() == shutil.get_terminal_size().columns

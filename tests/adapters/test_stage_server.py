@@ -182,7 +182,9 @@ def test_a_terminal_child_leads_its_session_with_the_terminal_as_its_own(
                 said += os.read(child.outputs["pty"], 4096)
         fields = stat_fields(child.pid)
         assert int(fields[3]) == child.pid and int(fields[4]) != 0, fields  # session, tty_nr
-        assert set(fds_of(child.pid)) == {0, 1, 2}
+        # Once the shell has exec'd sleep and its loader has closed the libraries, the
+        # terminal's three are all it holds (a loader's fd 3 comes and goes; a leak stays).
+        assert eventually(lambda: set(fds_of(child.pid)) == {0, 1, 2}), fds_of(child.pid)
     finally:
         child.signal_group("KILL")
         finish(child)
@@ -479,8 +481,10 @@ def test_no_descriptor_of_the_server_or_the_stage_server_reaches_a_sandbox() -> 
                 assert not set(fds.values()) & theirs, (name, pid, fds)
                 assert not [t for t in fds.values() if "execproto-start" in t
                             or "pidfd" in t], (name, pid, fds)
-            program = fds_of(chain[-1])
-            assert set(program) == {0, 1, 2}, (name, program)
+            # The loader's descriptors come and go while the program starts; a leak stays.
+            program = chain[-1]
+            assert eventually(lambda: set(fds_of(program)) == {0, 1, 2}), (  # noqa: B023
+                name, fds_of(program))
             client.call("process/terminate", {"processId": name})
             client.events_until_closed(name)
         client.close()

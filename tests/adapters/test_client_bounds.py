@@ -189,7 +189,9 @@ async def test_the_default_bound() -> None:
     async with connect(hostile.url) as ex:
         with pytest.raises(MessageTooBig, match="over 96 MiB"):
             await ex.request("environment/info")
-    assert time.monotonic() - began < 2
+    # Taking in 96 MiB is most of it: 0.1 s here idle, 1.3 s beside four busy loops on two
+    # cores. Bounded all the same, well below the 10 s a wait for a timeout would take.
+    assert time.monotonic() - began < 5
     hostile.join()
     assert MAX_MESSAGE == 96 * MiB < hostile.sent < MAX_MESSAGE + SLACK
 

@@ -9,7 +9,6 @@ operator's opt-in to the host's network, the control that shows the probe can re
 from __future__ import annotations
 
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import pytest
 
 from . import netns
 from .conftest import Server
+from .namespaced import Namespace, pgrep
 from .sandboxes import needs_bwrap, profile, run, workspace_write
 
 pytestmark = [needs_bwrap,
@@ -109,15 +109,14 @@ def test_the_operators_host_network_is_the_control(world: tuple[netns.Namespaces
 
 
 def test_pasta_ends_with_its_sandbox(world: tuple[netns.Namespaces, Any]) -> None:
-    before = _pastas()
-    _ask(world, profile("/tmp", [ROOT_READ], network="enabled"))
-    deadline = time.monotonic() + 5
-    while _pastas() - before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _pastas() - before
-
-
-def _pastas() -> set[str]:
-    found = subprocess.run(["pgrep", "-f", "pasta --foreground"], capture_output=True,
-                           text=True, timeout=10)
-    return set(found.stdout.split())
+    # Only pastas in the server host: the other shard's come and go meanwhile.
+    host = Namespace(f"/run/netns/{world[0].server}")
+    try:
+        before = pgrep("pasta --foreground", host)
+        _ask(world, profile("/tmp", [ROOT_READ], network="enabled"))
+        deadline = time.monotonic() + 5
+        while pgrep("pasta --foreground", host) - before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pgrep("pasta --foreground", host) - before
+    finally:
+        host.close()

@@ -25,6 +25,7 @@ import pytest
 
 from . import netns
 from .conftest import ADAPTERS, Server
+from .namespaced import Namespace, pgrep
 from .sandboxes import needs_bwrap, profile, run, start, uri
 from .wsclient import output_of
 
@@ -136,17 +137,23 @@ def _probe(client: Any, *targets: str) -> dict[str, str]:
     return seen
 
 
-def _holders() -> set[str]:
-    found = subprocess.run(["pgrep", "-f", "pasta --foreground|-I -S -c .*network namespace"],
-                           capture_output=True, text=True, timeout=10)
-    return set(found.stdout.split())
+def _watch(world: netns.Namespaces, server: Server) -> tuple[Namespace, ...]:
+    """Where the server's holders and pastas are: its own mount namespace (`ip netns exec`
+    makes one) and the server host's network. The other shard's servers start and end theirs
+    meanwhile, elsewhere."""
+    return (Namespace(f"/proc/{server.process.pid}/ns/mnt"),
+            Namespace(f"/run/netns/{world.server}"))
+
+
+def _holders(watched: tuple[Namespace, ...]) -> set[str]:
+    return pgrep("pasta --foreground|-I -S -c .*network namespace", *watched)
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_the_next_command_reaches_a_dev_server_and_nothing_of_the_host(
         adapter: str, world: netns.Namespaces) -> None:
-    before = _holders()
     server = Server(adapter, prefix=world.prefix())
+    watched = _watch(world, server)
     try:
         port = int(server.url.rsplit(":", 1)[1])
         first = world.inside(world.server, server.client)
@@ -175,40 +182,44 @@ def test_the_next_command_reaches_a_dev_server_and_nothing_of_the_host(
     finally:
         log = server.stop()
     assert "Traceback" not in log, log
-    _gone(before)
+    _gone(watched)
 
 
-def _gone(before: set[str]) -> None:
-    deadline = time.monotonic() + 10
-    while _holders() - before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _holders() - before
+def _gone(watched: tuple[Namespace, ...]) -> None:
+    try:
+        deadline = time.monotonic() + 10
+        while _holders(watched) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _holders(watched)
+    finally:
+        for space in watched:
+            space.close()
 
 
 def test_the_network_ends_with_the_session(world: netns.Namespaces) -> None:
-    before = _holders()
     server = Server("asyncio", "--session-ttl", "0.5", prefix=world.prefix())
+    watched = _watch(world, server)
     try:
         client = world.inside(world.server, server.client)
         ran = run(client, "echo hi", NETWORK)
         assert ran.stdout == "hi\n", ran
-        assert _holders() - before, "no session network was made"
+        assert _holders(watched), "no session network was made"
         client.close()
-        _gone(before)  # detached, then expired: the holder and pasta are gone
+        _gone(watched)  # detached, then expired: the holder and pasta are gone
     finally:
         server.stop()
 
 
 def test_nothing_is_left_after_a_server_killed(world: netns.Namespaces) -> None:
-    before = _holders()
     server = Server("threads", prefix=world.prefix())
+    watched = _watch(world, server)
     try:
         client = world.inside(world.server, server.client)
         _dev_server(client, "dev", 3000, "kept")
-        assert _holders() - before
+        assert _holders(watched)
     finally:
         server.stop(signal.SIGKILL)  # a failure above must not leave the server running
-    _gone(before)
+    _gone(watched)
 
 
 def test_a_loopback_only_host_runs_network_commands_in_one_network(

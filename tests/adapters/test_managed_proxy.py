@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -28,7 +29,8 @@ from typing import Any
 import pytest
 
 from . import netns
-from .conftest import ADAPTERS, STARVED, Server, start
+from .conftest import ADAPTERS, STARVED, Server, eventually, start
+from .namespaced import Namespace, pgrep
 from .sandboxes import needs_bwrap, path_entry, profile
 from .wsclient import Client, output_of
 
@@ -259,28 +261,34 @@ def test_without_a_sandbox_the_variables_are_advice(
                     f"tcp {ORIGIN}:80": "OPEN"}, seen
 
 
-def _holders() -> set[str]:
-    # The holders (`_hold`), by their source's first line; "--", as the pattern starts with -.
-    found = subprocess.run(["pgrep", "-f", "--", "-I -S -c .*network namespace the server keeps"],
-                           capture_output=True, text=True, timeout=10)
-    return set(found.stdout.split())
+def _holders(server: Namespace) -> set[str]:
+    """The holders (`_hold`) of the server whose mount namespace is ``server`` (each server
+    here has its own, `world`'s ``unshare -m``; the other shard's servers start and end holders
+    meanwhile), by their source's first line."""
+    return pgrep("-I -S -c .*network namespace the server keeps", server)
+
+
+def _running(command: str) -> bool:
+    return subprocess.run(["pgrep", "-f", f"^{command}$"], capture_output=True,
+                          timeout=10).returncode == 0
 
 
 def test_nothing_is_left_of_the_proxy(
         world: tuple[netns.Namespaces, tuple[str, ...], str]) -> None:
     spaces, prefix, _ = world
-    before = _holders()
     server = Server("asyncio", prefix=prefix)
+    mounts = Namespace(f"/proc/{server.process.pid}/ns/mnt")
     try:
         client = spaces.inside(spaces.server, server.client)
         launch(client, "n", ["get http://allowed.test/"])
         assert said(client, "n") == {"get http://allowed.test/": "200 hello from allowed.test"}
         deadline = time.monotonic() + 10  # the finalize lets the process's network go
-        while _holders() - before and time.monotonic() < deadline:
+        while _holders(mounts) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _holders() - before
+        assert not _holders(mounts)
         client.close()
     finally:
+        mounts.close()
         server.stop()
 
 
@@ -415,22 +423,26 @@ def test_nothing_is_left_of_a_proxy_when_the_server_is_killed(
     """A server SIGKILLed while a process behind its proxy runs: the process's private network
     (its holder) goes with it, and the process too."""
     spaces, prefix, _ = world
-    before = _holders()
+    sleep = f"sleep 60.{random.randrange(10**6, 10**7)}"  # this test's alone
     server = Server("threads", prefix=prefix)
+    # Held open: a namespace made after the server's ends gets no holder of others counted.
+    mounts = Namespace(f"/proc/{server.process.pid}/ns/mnt")
     try:
-        client = spaces.inside(spaces.server, server.client)
-        reply = start(client, "k", ["sh", "-c", "echo up; exec sleep 60"], sandbox=SANDBOX,
-                      enforceManagedNetwork=True, networkProxy={"proxy": PROXY},
-                      env={"PATH": "/usr/bin:/bin"})
-        assert "result" in reply, reply
-        client.notification(lambda m: m.get("method") == "process/output", timeout=30)
-        assert _holders() - before, "no private network was made"
+        try:
+            client = spaces.inside(spaces.server, server.client)
+            reply = start(client, "k", ["sh", "-c", f"echo up; exec {sleep}"], sandbox=SANDBOX,
+                          enforceManagedNetwork=True, networkProxy={"proxy": PROXY},
+                          env={"PATH": "/usr/bin:/bin"})
+            assert "result" in reply, reply
+            client.notification(lambda m: m.get("method") == "process/output", timeout=30)
+            assert _holders(mounts), "no private network was made"
+            assert eventually(lambda: _running(sleep)), "the process does not run"  # exec'd
+        finally:
+            server.stop(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (_holders(mounts) or _running(sleep)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _holders(mounts)
+        assert not _running(sleep)
     finally:
-        server.stop(signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while _holders() - before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _holders() - before
-    sleeping = subprocess.run(["pgrep", "-f", "exec sleep 60"], capture_output=True, text=True,
-                              timeout=10).stdout.split()
-    assert not sleeping, sleeping
+        mounts.close()

@@ -8,6 +8,7 @@ that the command then runs as sent, within the capture's bounds.
 
 from __future__ import annotations
 
+import random
 import shutil
 import subprocess
 import time
@@ -185,7 +186,9 @@ def test_a_failed_capture_runs_the_command_as_sent(tmp_path: Path, during_captur
 
 
 def test_a_hanging_capture_is_killed_in_time(tmp_path: Path) -> None:
-    path = home(tmp_path, "sleep 60 & sleep 60")
+    # Sleeps only this test runs (the other shard's tests run many a `sleep 60`).
+    tag = str(random.randrange(10**6, 10**7))
+    path = home(tmp_path, f"sleep 60.{tag} & sleep 60.{tag}")
     server = Server("asyncio")
     try:
         client = server.client()
@@ -195,14 +198,14 @@ def test_a_hanging_capture_is_killed_in_time(tmp_path: Path) -> None:
         assert 9 < took < 30, took
         assert lines(out)[1] == "hello you" and runs(path) == 2
         # Nothing of the capture is left: no sleep of its own still runs.
-        assert eventually(lambda: not _sleeping(), wait=5)
+        assert eventually(lambda: not _sleeping(tag), wait=5)
     finally:
         log = server.stop()
     assert "it took too long" in log, log
 
 
-def _sleeping() -> bool:
-    found = subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True)
+def _sleeping(tag: str) -> bool:
+    found = subprocess.run(["pgrep", "-f", f"^sleep 60[.]{tag}$"], capture_output=True)
     return found.returncode == 0
 
 

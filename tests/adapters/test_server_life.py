@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from .conftest import Server, alive, start
+from .conftest import Server, alive, eventually, start
 from .wsclient import Client
 
 
@@ -83,7 +83,10 @@ def test_sigterm_stops_every_process_tree_and_exits_0(adapter: str) -> None:
     log = server.stop(signal.SIGTERM)
     assert server.process.returncode == 0, log
     assert time.monotonic() - began < 5
-    assert [pid for pid in pids if alive(pid)] == []
+    # Killed, not yet reaped: a killed process exits once it next runs, which on a loaded
+    # machine (or with no cgroup to wait on) can be after the server's exit. One left stays.
+    assert eventually(lambda: not [pid for pid in pids if alive(pid)]), [
+        pid for pid in pids if alive(pid)]
 
 
 def test_sigkill_of_the_server_takes_its_children_with_it(adapter: str) -> None:

@@ -28,7 +28,7 @@ import pytest
 from . import netns
 from .conftest import ADAPTERS, Server
 from .sandboxes import needs_bwrap, profile, start, uri
-from .test_session_network import _gone, _holders
+from .test_session_network import _gone, _watch
 from .wsclient import output_of
 
 pytestmark = [needs_bwrap,
@@ -151,8 +151,8 @@ def rss(pid: int) -> int:
 
 def test_a_dev_server_through_execproto_forward(world: netns.Namespaces) -> None:
     """The whole story on asyncio; the other adapters run the shorter one below."""
-    before = _holders()
     server = Server("asyncio", "--session-ttl", "1", prefix=world.prefix())
+    watched = _watch(world, server)  # this server's holders and pastas, not the other shard's
     forward = flood = None
     try:
         url_port = int(server.url.rsplit(":", 1)[1])
@@ -265,13 +265,13 @@ def test_a_dev_server_through_execproto_forward(world: netns.Namespaces) -> None
                 running.process.kill()
         log = server.stop()
     assert "Traceback" not in log, log
-    _gone(before)
+    _gone(watched)
 
 
 @pytest.mark.parametrize("adapter", [a for a in ADAPTERS if a != "asyncio"])
 def test_requests_and_closes_through_a_forward(adapter: str, world: netns.Namespaces) -> None:
-    before = _holders()
     server = Server(adapter, prefix=world.prefix())
+    watched = _watch(world, server)
     forward = None
     try:
         client = world.inside(world.server, server.client)
@@ -305,7 +305,7 @@ def test_requests_and_closes_through_a_forward(adapter: str, world: netns.Namesp
             forward.process.kill()
         log = server.stop()
     assert "Traceback" not in log, log
-    _gone(before)
+    _gone(watched)
 
 
 def test_the_host_loopback_only_when_allowed_and_never_the_servers_port(

@@ -66,7 +66,9 @@ def test_250_patterns_over_20000_paths_cost_well_under_a_second() -> None:
     paths = [f"/t/d{d:03}/f{f:03}.txt" for d in range(100) for f in range(200)]
     began = time.monotonic()
     assert not any(compiled.denies(path) for path in paths)
-    assert time.monotonic() - began < 2.0  # measured: 0.09 s; the table took over 60 s
+    # Measured: 0.09 s; 0.26 s beside two busy loops, and 1.1 to 1.4 s under coverage there (as
+    # `make test` runs it, beside both live shards). The table it replaced took over 60 s.
+    assert time.monotonic() - began < 5.0
     assert compiled.denies("/t/d001/x7.env/inner")
 
 

@@ -142,6 +142,9 @@ def _on_a_terminal(policy: Policy, script: str) -> str:
         try:
             terminal, ends = child.outputs["pty"], time.monotonic() + 30
             while time.monotonic() < ends:
+                # Its exit taken before the wait: an exit seen after a quiet wait could have
+                # come with its last output, written just after the wait timed out.
+                exited = child.exit_status() is not None
                 if select.select([terminal], [], [], 0.2)[0]:
                     try:
                         chunk = os.read(terminal, 4096)
@@ -152,7 +155,7 @@ def _on_a_terminal(policy: Policy, script: str) -> str:
                     if not chunk:
                         break
                     said += chunk
-                elif child.exit_status() is not None:
+                elif exited:
                     break
         finally:
             child.signal_group("KILL")

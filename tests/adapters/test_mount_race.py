@@ -8,6 +8,7 @@ the victim in well under a second on this machine, short enough for `make test`;
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,20 @@ def raced(counts: dict[str, int]) -> bool:
     return counts["swaps"] > 1000 and tried >= 20 and counts["ran"] >= 3
 
 
+def race(server: Server, arena: Arena, victim_sandbox: dict[str, Any],
+         attacker_sandbox: dict[str, Any] | None) -> dict[str, int]:
+    """`attack` for SECONDS, then again (3 rounds at most, the counts summed) while it has not
+    `raced`: on a loaded machine a round runs few starts (5 ran, against 3 needed, beside four
+    busy loops), which says nothing of the sandbox. An arena no longer intact ends it at once."""
+    counts = attack(server, arena, victim_sandbox, attacker_sandbox, SECONDS)
+    for _ in range(2):
+        if raced(counts) or not arena.intact():
+            break
+        more = attack(server, arena, victim_sandbox, attacker_sandbox, SECONDS)
+        counts = {name: counts[name] + more[name] for name in counts}
+    return counts
+
+
 @pytest.fixture
 def arena() -> Iterator[Arena]:
     made = Arena()
@@ -40,7 +55,7 @@ def test_the_operator_floor_holds_against_the_rotating_symlink(arena: Arena) -> 
     server = Server("asyncio", *QUIET, "--sandbox", "bwrap",
                     "--writable-root", str(arena.workspace))
     try:
-        counts = attack(server, arena, floor_profile(arena), None, SECONDS)
+        counts = race(server, arena, floor_profile(arena), None)
     finally:
         log = server.stop()
     assert arena.intact(), (counts, log)
@@ -51,7 +66,7 @@ def test_a_codex_profile_with_a_deny_glob_holds_against_the_rotating_symlink(
         arena: Arena) -> None:
     server = Server("asyncio", *QUIET)
     try:
-        counts = attack(server, arena, codex_profile(arena), attacker_profile(arena), SECONDS)
+        counts = race(server, arena, codex_profile(arena), attacker_profile(arena))
     finally:
         log = server.stop()
     assert arena.intact(), (counts, log)

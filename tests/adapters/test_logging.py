@@ -172,6 +172,11 @@ def test_an_expired_sessions_terminated_processes_are_logged() -> None:
         assert "result" in start(client, "sleeper", ["sleep", "30.25"])
         client.close()  # and never resumed
         deadline = time.monotonic() + 10
+        # The start is answered once the child is forked; it is the sleep once it has
+        # exec'd (a loaded machine can take a while), and only then can it be seen to go.
+        while not _running("sleep", "30.25"):
+            assert time.monotonic() < deadline, "the sleep never started"
+            time.sleep(0.02)
         # Until the sleep is gone: the line is written as the core tells it to stop.
         while _running("sleep", "30.25"):
             assert time.monotonic() < deadline, "the expired session's process still runs"

@@ -47,15 +47,20 @@ def launch(launcher: str, port: int) -> subprocess.Popen[str]:
 
 
 SOURCES = (str(Path(__file__).resolve().parents[2] / "src"),)
+# The packages' own modules, run on the way to `_entry` (importing execproto.adapters._entry
+# runs execproto/__init__.py first, and its `typing`), under Python's handler still.
+ON_THE_WAY = ("/__init__.py", "/__main__.py")
 IN_PYTHONS_START = 0  # what `ended_quietly` says of a Ctrl-C that came before execproto ran
 
 
 def interpreters_own(err: str) -> bool:
-    """Whether ``err`` is Python's traceback of an interrupted interpreter start (its `site`,
-    finding the module): no frame of execproto's source in it, none of it in reach."""
-    return "Traceback" in err and not any(
-        line.strip().startswith(f'File "{source}') for source in SOURCES
-        for line in err.splitlines())
+    """Whether ``err`` is Python's traceback of a start interrupted before `_entry` ran: in the
+    interpreter's start (its `site`, finding the module), or in the packages' modules on the way
+    to `_entry`. No frame of `_entry` or of anything it runs is in it: none of it in reach."""
+    frames = [line.strip().split('"')[1] for line in err.splitlines()
+              if line.strip().startswith('File "')]
+    ours = [frame for frame in frames if frame.startswith(SOURCES)]
+    return "Traceback" in err and all(frame.endswith(ON_THE_WAY) for frame in ours)
 
 
 def ended_quietly(process: subprocess.Popen[str], when: str) -> int:

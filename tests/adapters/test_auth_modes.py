@@ -415,7 +415,9 @@ def test_the_server_stops_when_its_stdin_closes(adapter: str, grace: str) -> Non
         url = server.stdout.readline().strip()
         client = Client(url)
         assert "result" in client.handshake()
-        job = "echo $$; exec sleep 600" if grace == "0" else "echo $$; exec sleep 1"
+        # With a grace, the sleep must outlast the moments between its output and the close
+        # of stdin (a loaded machine can stall them for a second).
+        job = "echo $$; exec sleep 600" if grace == "0" else "echo $$; exec sleep 2.5"
         assert "result" in client.call("process/start", {
             "processId": "p", "argv": ["sh", "-c", job], "cwd": "file:///tmp", "env": {},
             "tty": False})

@@ -34,7 +34,7 @@ and each ``network/policyDecision`` about the one just answered. Both go to the 
 session's client only: the connection that session is attached to now (which a resume moves),
 never another client's, nor one that has closed, nor any while the session is detached (a
 decision not either to a connection whose sending is blocked, a request not to one the core is
-closing: `KNOWN_FINDINGS`); and a session is attached to one connection at most.
+closing); and a session is attached to one connection at most.
 
 Each example builds a fresh core (cheap next to generating the example), so examples are
 independent and a failure replays from hypothesis' printed example alone.
@@ -168,11 +168,6 @@ CONNECTING, OPEN, ENDED = "connecting", "open", "ended"  # a forward stream (END
 
 # The requests the server sends a client of its own (the managed proxy's decider).
 SERVER_REQUESTS = ("network/policyRequest",)
-# Findings the core does not yet meet, tolerated while their xfail tests stand (so that the
-# sequences go on finding others); each goes with its mark. "asked while closing": the decider
-# is asked on a connection the core is closing, whose answer it will ignore
-# (tests/core/test_fuzz_findings_routing.py).
-KNOWN_FINDINGS = frozenset({"asked while closing"})
 SOCKS = ("socks5_tcp", "socks5_udp")
 
 # The sequences' calls: (method, "sent" | "result" | "error") -> how many, summed over the
@@ -547,7 +542,7 @@ class World:
         assert event.proc in self.proxied, f"asked for a process without a proxy: {message!r}"
         self.check_about(event, message, message["params"]["request"])
         self.check_route(conn, event.proc, message)
-        assert conn not in self.closing or "asked while closing" in KNOWN_FINDINGS, (
+        assert conn not in self.closing, (
             f"asked on a connection being closed (its answer is ignored): {message!r}")
         return event.ask
 

@@ -49,7 +49,9 @@ class ProxyHandlers(CoreState):
             return
         conn = process.session.conn
         asked = sum(1 for key in self._asks if key[0] == conn)
-        if conn is None or asked >= MAX_ASKS_PER_CONNECTION:
+        # A connection being closed cannot answer (what it sends now is ignored): not asked,
+        # refused at once as for a session with no connection.
+        if conn is None or self._conns[conn].closing or asked >= MAX_ASKS_PER_CONNECTION:
             self._decided(process, event.ask, event.question, (_no_answer(),), clock)
             return
         request_id = self._next_request

@@ -1,16 +1,10 @@
 """What the fuzzer (fuzz/fuzz_core.py) found about where the managed proxy's decider is asked,
-each as the smallest plain sequence of events.
-
-A finding the core does not yet meet is marked ``xfail(strict=True)`` with what it is: the day
-the core meets it, the test passes, pytest reports it as a failure, and the mark goes (and so
-does the fuzzer's tolerance of it, `fuzz_core.KNOWN_FINDINGS`).
+each as the smallest plain sequence of events, kept so that it stays fixed.
 """
 
 from __future__ import annotations
 
 import json
-
-import pytest
 
 from execproto import (
     Action,
@@ -56,9 +50,6 @@ class _Adapter:
         return self.core.handle(event, 0.0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the core asks the decider on a connection it is closing, whose answer it then ignores: "
-    "the question waits for the adapter's close or the decider's timeout"))
 def test_a_connection_the_core_is_closing_is_not_asked() -> None:
     """The core closes the client's connection (a notification it does not know: a protocol
     error). Before the adapter reports it closed, the proxy of that client's process asks

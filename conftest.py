@@ -5,7 +5,12 @@ batch by its seed (EXECPROTO_FUZZ_SEED), which a fixed derandomization would ove
 
 Skipped tests are summed up at the end, one line per reason ("12 skipped: pasta (Debian's
 passt) is not installed"): on a machine without a part, what was not tested, and why, is said
-where it is seen."""
+where it is seen.
+
+No example has a deadline: the checks run under coverage beside both halves of the live suite
+on two cores, where a pause of the process says nothing of the code (Hypothesis' 200 ms of
+wall-clock per example failed them as DeadlineExceeded or "unreliable test timings"). What
+must be fast is measured by `bench/`, or bounded by a test of its own."""
 
 from __future__ import annotations
 
@@ -15,8 +20,8 @@ from typing import Any
 
 from hypothesis import settings
 
-settings.register_profile("repeatable", derandomize=True, database=None)
-settings.register_profile("exploring", derandomize=False)
+settings.register_profile("repeatable", derandomize=True, database=None, deadline=None)
+settings.register_profile("exploring", derandomize=False, deadline=None)
 exploring = os.environ.get("EXECPROTO_FUZZ_RANDOM") or os.environ.get("EXECPROTO_FUZZ_SEED")
 settings.load_profile("exploring" if exploring else "repeatable")
 

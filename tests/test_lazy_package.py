@@ -37,6 +37,8 @@ def checked_imports() -> dict[str, str]:
         if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
             for imp in node.body:
                 assert isinstance(imp, ast.ImportFrom), ast.dump(imp)
+                if imp.module == "typing":
+                    continue  # the annotations' own names, not the package's
                 for alias in imp.names:
                     assert alias.asname == alias.name, alias.name  # `X as X`: re-exported
                     found[alias.name] = "." * imp.level + (imp.module or "")

@@ -51,6 +51,20 @@ class TlsServer:
             self.process.kill()
             raise AssertionError(f"printed {self.url!r}: {self.process.communicate()[1]}")
         self.port = int(self.url.rsplit(":", 1)[1])
+        self._logged = b""  # what `wait_for_log` read of its stderr (ASCII: logging's lines)
+
+    def wait_for_log(self, text: str, seconds: float = 30) -> None:
+        """Read its stderr until ``text`` is in it: for what the server does on its own time,
+        as a signal it was sent. The pipe's fd is read directly, so `stop` reads the rest."""
+        assert self.process.stderr is not None
+        fd, deadline = self.process.stderr.fileno(), time.monotonic() + seconds
+        while text.encode() not in self._logged:
+            left = deadline - time.monotonic()
+            chunk = os.read(fd, 65536) if left > 0 and select.select([fd], [], [], left)[0] else b""
+            if not chunk:
+                raise AssertionError(f"not logged in {seconds} s: {text!r}\n"
+                                     f"{self._logged.decode()}")
+            self._logged += chunk
 
     def stop(self) -> str:
         """Stop it (SIGTERM) and return what it logged; it must stop cleanly."""
@@ -61,6 +75,7 @@ class TlsServer:
             self.process.kill()
             _, err = self.process.communicate()
             raise AssertionError(f"the server did not stop:\n{err}") from None
+        err = self._logged.decode() + err
         assert self.process.returncode == 0 and "Traceback" not in err, err
         return err
 

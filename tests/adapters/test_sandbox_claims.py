@@ -383,6 +383,13 @@ def _read(path: str) -> bytes:
         return b""
 
 
+def _started(pid: str) -> bytes:
+    """When ``pid`` started (stat's field 22, in clock ticks since boot), b"" once it is gone:
+    with the pid, it names one process, whatever it execs, never another that reuses the pid."""
+    stat = _read(f"/proc/{pid}/stat")
+    return stat.rsplit(b")", 1)[1].split()[19] if stat else b""
+
+
 def test_the_clients_variables_are_on_no_command_line(live: tuple[Server, Client],
                                                       workspace: Path) -> None:
     """While a sandboxed process starts and runs, every command line on the host is read over
@@ -397,7 +404,8 @@ def test_the_clients_variables_are_on_no_command_line(live: tuple[Server, Client
         "sandbox": read_only(str(workspace))})
     on_cmdline: set[str] = set()
     marker_seen = False
-    holders: dict[str, bytes] = {}  # pid: argv[0] of each with the value in its environment
+    # argv[0] of each process with the value in its environment, by pid and start time
+    holders: dict[tuple[str, bytes], bytes] = {}
     # From the request on, through the wrappers' lives, until the program has run a while
     # (0.5 s after the sleep is first seen; 10 s at most, for a loaded machine).
     deadline = time.monotonic() + 10
@@ -405,13 +413,18 @@ def test_the_clients_variables_are_on_no_command_line(live: tuple[Server, Client
         if b"sleep" in holders.values() and deadline - time.monotonic() > 0.5:
             deadline = time.monotonic() + 0.5
         for pid in _pids():
+            began = _started(pid)
             cmdline = _read(f"/proc/{pid}/cmdline")
             if value.encode() in cmdline:
                 on_cmdline.add(pid)
             marker_seen = marker_seen or marker.encode() in cmdline
             # A child sh forks shows sh's command line until it execs: the last one counts.
-            if cmdline and (pid in holders or value.encode() in _read(f"/proc/{pid}/environ")):
-                holders[pid] = cmdline.split(b"\0")[0]
+            # Its pid, once it ended, may be another process's, which is not it.
+            process = (pid, began)
+            if cmdline and (process in holders
+                            or value.encode() in _read(f"/proc/{pid}/environ")):
+                if began and _started(pid) == began:  # the same one throughout
+                    holders[process] = cmdline.split(b"\0")[0]
     reply = client.response(msg_id)
     assert reply.get("result", {}).get("sandboxType") == "linuxSeccomp", reply
     client.events_until_closed("env-scan")
@@ -437,23 +450,34 @@ def _beyond_bubblewrap(points: set[str], host: set[str]) -> set[str]:
             and not any(point == top or point.startswith(top + "/") for top in ("/dev", "/proc"))}
 
 
+def _parent(pid: int) -> int:
+    """``pid``'s parent; 0 once it is gone."""
+    stat = _read(f"/proc/{pid}/stat")
+    return int(stat.rsplit(b")", 1)[1].split()[1]) if stat else 0
+
+
 def _outer_namespace(server: Server, marker: str) -> tuple[str, str]:
-    """The mount namespace of the server and of its child through which the process whose
-    environment holds ``marker`` was started (the stage, or bwrap without it)."""
+    """The mount namespace of the server and of its child through which the sandboxed program,
+    a ``sleep`` whose environment holds ``marker``, was started (the stage, or bwrap without
+    it). The program sleeps until the test ends it, so it and every process between it and
+    the server live through the walk: no link of the chain can vanish, nor its pid be reused
+    by another process."""
     found: list[str] = []
 
-    def sandboxed() -> bool:
-        found[:] = [pid for pid in _pids() if marker.encode() in _read(f"/proc/{pid}/environ")]
+    def sandboxed() -> bool:  # sh exec'd sleep: one process, never cat nor a forked child
+        found[:] = [pid for pid in _pids() if _read(f"/proc/{pid}/cmdline").startswith(b"sleep\0")
+                    and marker.encode() in _read(f"/proc/{pid}/environ")]
         return bool(found)
 
-    assert eventually(sandboxed, wait=5)
+    assert eventually(sandboxed, wait=10)
+    assert len(found) == 1, found
     pid = int(found[0])
-    while pid > 1:
-        parent = int(_read(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()[1])
-        if parent == server.process.pid:
-            return (os.readlink(f"/proc/{parent}/ns/mnt"), os.readlink(f"/proc/{pid}/ns/mnt"))
+    while (parent := _parent(pid)) > 1 and parent != server.process.pid:
         pid = parent
-    raise AssertionError(f"no child of the server leads to {found}")
+    assert parent == server.process.pid, f"no child of the server leads to {found}"
+    namespaces = (os.readlink(f"/proc/{parent}/ns/mnt"), os.readlink(f"/proc/{pid}/ns/mnt"))
+    assert marker.encode() in _read(f"/proc/{found[0]}/environ"), "the program ended too soon"
+    return namespaces
 
 
 def test_the_read_only_profile_skips_the_stage(live: tuple[Server, Client],
@@ -471,12 +495,14 @@ def test_the_read_only_profile_skips_the_stage(live: tuple[Server, Client],
                           ("workspace_write", workspace_write(str(workspace)))):
         marker = f"mark-{uuid.uuid4().hex}"
         process_id = f"mounts-{name}"
-        reply = start(client, process_id, ["sh", "-c", "cat /proc/self/mountinfo; sleep 1"],
+        reply = start(client, process_id,
+                      ["sh", "-c", "cat /proc/self/mountinfo; exec sleep 60"],
                       cwd=uri(workspace), env={"PATH": "/usr/bin:/bin", "M": marker},
                       sandbox=sandbox)
         assert reply.get("result") == {"processId": process_id,
                                         "sandboxType": "linuxSeccomp"}, reply
         namespaces = _outer_namespace(server, marker)
+        client.result("process/terminate", {"processId": process_id})
         events = client.events_until_closed(process_id)
         mountinfo = output_of(events).get("stdout", b"").decode()
         assert " / / " in mountinfo, mountinfo

@@ -20,6 +20,7 @@ programs are).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -329,20 +330,20 @@ def test_no_standard_library_zip_can_be_put_above_the_interpreter(
     client, workspace, _ = server
     interpreter = os.path.realpath(sys.executable)
     landmark = _own_files.zip_landmarks([interpreter])[-1]  # the highest: /root/lib/...
-    made = [path for path in (os.path.dirname(landmark), landmark) if not os.path.lexists(path)]
-    if landmark not in made:
+    missing = [path for path in (os.path.dirname(landmark), landmark)
+               if not os.path.lexists(path)]
+    if landmark not in missing:
         pytest.skip(f"{landmark} is there already")
-    try:
-        ran = run(client, f"if mkdir -p '{landmark}' 2>/dev/null && (: > '{landmark}/x') "
-                  "2>/dev/null; then echo made; else echo refused; fi", _root_write(workspace),
-                  cwd=workspace)
-        assert ran.stdout == "refused\n", ran
-    finally:
-        if os.path.isfile(os.path.join(landmark, "x")):
-            os.remove(os.path.join(landmark, "x"))  # the old code's
-        for path in reversed(made):
-            if os.path.isdir(path):
-                try:
-                    os.rmdir(path)
-                except OSError:
-                    pass  # another live sandbox's placeholder: its server removes it
+    # Each directory the sandbox itself makes is named, so that only those are removed after:
+    # every server started by this interpreter holds the same landmarks, so a placeholder
+    # there may be another's (the other shard's live root-write sandbox has one mounted).
+    script = ("for d in " + " ".join(f"'{path}'" for path in missing) +
+              '; do mkdir "$d" 2>/dev/null && echo "made $d"; done; '
+              f"if (: > '{landmark}/x') 2>/dev/null; then echo made; else echo refused; fi")
+    ran = run(client, script, _root_write(workspace), cwd=workspace)
+    with contextlib.suppress(OSError):  # the old code's: the test fails below all the same
+        if ran.stdout.splitlines()[-1:] == ["made"]:
+            os.remove(os.path.join(landmark, "x"))
+        for path in reversed(re.findall(r"^made (.+)$", ran.stdout, re.M)):
+            os.rmdir(path)
+    assert ran.stdout == "refused\n", ran

@@ -104,32 +104,47 @@ def test_ctrl_c_at_any_moment_of_the_start_is_quiet(launcher: str, silent_port: 
             raise AssertionError(f"the interpreter's start outlasted {delay + late} s")
 
 
-@pytest.mark.parametrize("launcher", list(LAUNCHERS))
-def test_ctrl_c_while_the_entry_imports_is_quiet(launcher: str) -> None:
-    # Caught in the act, however fast or slow the machine: Python's handler is seen installed
-    # (the interpreter's start), then gone (the entry module left SIGINT to the kernel while it
-    # imports the command line), all before the command connects; the signal is sent then.
-    for _ in range(2):
-        with socket.socket() as listener:
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(1)
-            process = launch(launcher, listener.getsockname()[1])
-            phases = [False]  # SIGINT caught, phase by phase: [False, True, False] is the window
-            deadline = time.monotonic() + 20
-            try:
-                while phases != [False, True, False] and process.poll() is None:
-                    assert time.monotonic() < deadline, "the start took over 20 s"
-                    if select.select([listener], [], [], 0)[0]:
-                        break  # it connected: the start is over
-                    caught = sigint_caught(process.pid)
-                    if caught != phases[-1]:
-                        phases.append(caught)
-            except FileNotFoundError:
-                pass  # it has exited: said below
-            if phases != [False, True, False]:
+def in_the_entrys_window(launcher: str) -> bool:
+    """Launch ``exec`` against a listener that never answers and watch whether SIGINT is
+    caught, phase by phase, until it connects: on seeing Python's handler installed (the
+    interpreter's start), then gone (the entry module left SIGINT to the kernel while it
+    imports the command line), send SIGINT then and check the process ends quietly (True).
+    False if it connected first: either the entry never left SIGINT to the kernel, or the
+    watch missed a phase (a loaded machine: Python's lasts ~15 ms here), which the caller
+    cannot tell apart, so it tries again."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        process = launch(launcher, listener.getsockname()[1])
+        phases = [False]  # SIGINT caught, phase by phase: [False, True, False] is the window
+        deadline = time.monotonic() + 20
+        try:
+            while phases != [False, True, False]:
+                assert process.poll() is None, f"exited during its start: {process.communicate()}"
+                assert time.monotonic() < deadline, "the start took over 20 s"
+                if select.select([listener], [], [], 0)[0]:
+                    process.kill()  # it connected: the start is over
+                    process.communicate()
+                    return False
+                caught = sigint_caught(process.pid)
+                if caught != phases[-1]:
+                    phases.append(caught)
+        except BaseException:
+            if process.poll() is None:
                 process.kill()
                 process.communicate()
-                raise AssertionError(f"SIGINT was never left to the kernel during the start "
-                                     f"(SIGINT caught, phase by phase: {phases})")
-            process.send_signal(signal.SIGINT)
-            ended_quietly(process, "during the imports")
+            raise
+        process.send_signal(signal.SIGINT)
+        ended_quietly(process, "during the imports")
+        return True
+
+
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_ctrl_c_while_the_entry_imports_is_quiet(launcher: str) -> None:
+    # Caught in the act, however fast or slow the machine, twice; each a few tries at most,
+    # each ~0.15 s. The entry that keeps Python's handler fails every try.
+    for _ in range(2):
+        tries = 5
+        if not any(in_the_entrys_window(launcher) for _ in range(tries)):
+            raise AssertionError(f"SIGINT was never seen left to the kernel during the start "
+                                 f"({tries} starts)")

@@ -6,7 +6,7 @@ import base64
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from execproto._b64 import decode, error
@@ -15,9 +15,6 @@ from execproto._errors import RpcError
 TEXT = st.text(alphabet="QUJDab01+/=\n -_é", max_size=24)
 
 
-# No deadline: it is wall-clock time per example, and a pause of a loaded machine (the
-# checks run beside both halves of the live suite) is no failure of the code.
-@settings(deadline=None)
 @given(TEXT)
 def test_decoding_succeeds_exactly_when_no_error_is_found(text: str) -> None:
     try:

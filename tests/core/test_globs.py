@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from execproto._globs import denies, matches, parts
@@ -50,9 +50,6 @@ NAMES = st.sampled_from(["a", "b", ".a", "ab", "a.env"])
 PARTS = st.sampled_from(["a", "b", "*", "**", "?", "*.env", ".*", "[ab]"])
 
 
-# No deadline: it is wall-clock time per example, and a pause of a loaded machine (the
-# checks run beside both halves of the live suite) is no failure of the code.
-@settings(deadline=None)
 @given(st.lists(PARTS, max_size=6), st.lists(NAMES, max_size=6))
 def test_the_table_of_reach_agrees_with_the_naive_search(wanted: list[str],
                                                          names: list[str]) -> None:

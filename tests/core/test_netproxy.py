@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from execproto._errors import INVALID_PARAMS, RpcError
@@ -227,9 +227,6 @@ PROXY_KEYS = st.sampled_from(list(raw_proxy()) + ["unixSockets", "reviewDomains"
                                                   "transparentTcp"])
 
 
-# No deadline: it is wall-clock time per example, and a pause of a loaded machine (the
-# checks run beside both halves of the live suite) is no failure of the code.
-@settings(deadline=None)
 @given(JSON)
 def test_arbitrary_json_is_an_rpc_error_or_a_launch(raw: Any) -> None:
     try:
@@ -239,7 +236,6 @@ def test_arbitrary_json_is_an_rpc_error_or_a_launch(raw: Any) -> None:
         assert error.code == INVALID_PARAMS
 
 
-@settings(deadline=None)
 @given(st.dictionaries(PROXY_KEYS, JSON, max_size=6), st.dictionaries(
     st.sampled_from(["auditMetadata", "environmentId", "executionId", "policyDecisionTimeoutMs"]),
     JSON, max_size=4))
@@ -462,7 +458,6 @@ def ruling(config: ProxyConfig, question: Question, decider: bool, answer: Any) 
     return found[-1]
 
 
-@settings(deadline=None)
 @given(CONFIGS, QUESTIONS, st.booleans(), ANSWERS, PATTERNS)
 def test_a_denied_host_is_never_allowed(config: ProxyConfig, question: Question, decider: bool,
                                         answer: Any, pattern: str) -> None:
@@ -472,7 +467,6 @@ def test_a_denied_host_is_never_allowed(config: ProxyConfig, question: Question,
         assert verdict.decision == "deny"
 
 
-@settings(deadline=None)
 @given(CONFIGS, QUESTIONS, st.booleans(), ANSWERS)
 def test_without_local_binding_local_addresses_need_an_exact_entry(
         config: ProxyConfig, question: Question, decider: bool, answer: Any) -> None:
@@ -490,7 +484,6 @@ def test_without_local_binding_local_addresses_need_an_exact_entry(
         assert not any(is_local_address(address) for address in question.addresses)
 
 
-@settings(deadline=None)
 @given(CONFIGS, QUESTIONS, st.booleans())
 def test_there_is_always_one_ruling_and_asks_only_with_a_decider(
         config: ProxyConfig, question: Question, decider: bool) -> None:

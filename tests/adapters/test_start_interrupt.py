@@ -48,7 +48,7 @@ def launch(launcher: str, port: int) -> subprocess.Popen[str]:
 
 SOURCES = (str(Path(__file__).resolve().parents[2] / "src"),)
 # The packages' own modules, run on the way to `_entry` (importing execproto.adapters._entry
-# runs execproto/__init__.py first, and its `typing`), under Python's handler still.
+# runs execproto/__init__.py first), under Python's handler still.
 ON_THE_WAY = ("/__init__.py", "/__main__.py")
 IN_PYTHONS_START = 0  # what `ended_quietly` says of a Ctrl-C that came before execproto ran
 
